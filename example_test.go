@@ -1,0 +1,117 @@
+package redlease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlease/redlease"
+)
+
+// exampleRedis starts an embedded Redis for the examples. In production,
+// pass your own go-redis client (plain, failover or cluster).
+func exampleRedis() (redis.UniversalClient, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return rdb, func() { _ = rdb.Close(); mr.Close() }
+}
+
+func Example() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+
+	locks := redlease.New(rdb, redlease.WithTTL(30*time.Second))
+
+	lease, err := locks.Acquire(ctx, "tenant:42:billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("holding", lease.Resource(), "with fence", lease.Fence())
+
+	// Someone else trying at the same time is told the lease is busy.
+	_, err = locks.TryAcquire(ctx, "tenant:42:billing")
+	fmt.Println("second try busy:", errors.Is(err, redlease.ErrNotAcquired))
+
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", context.Cause(lease.Context()))
+	// Output:
+	// holding tenant:42:billing with fence 1
+	// second try busy: true
+	// released: redlease: lease released
+}
+
+// Do the protected work under the lease's context: it ends when the lease is
+// lost, could not be renewed in time, or was released.
+func ExampleLease_Context() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := redlease.New(rdb)
+
+	lease, err := locks.Acquire(context.Background(), "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+
+	ctx := lease.Context()
+	for step := 1; step <= 3; step++ {
+		if err := ctx.Err(); err != nil { // check between steps that cannot be undone
+			fmt.Println("stopping:", context.Cause(ctx))
+			return
+		}
+		fmt.Println("step", step)
+	}
+	// Output:
+	// step 1
+	// step 2
+	// step 3
+}
+
+// account is a stand-in for the protected resource: it remembers the newest
+// fence it accepted and rejects older ones in the same step as the write. A
+// database does the same with a conditional UPDATE.
+type account struct {
+	lastFence int64
+	balance   int
+}
+
+func (a *account) charge(fence int64, amount int) error {
+	if fence < a.lastFence {
+		return fmt.Errorf("stale fence %d, newest accepted is %d", fence, a.lastFence)
+	}
+	a.lastFence, a.balance = fence, a.balance-amount
+	return nil
+}
+
+// Pass the fence with every write, and let the resource reject a holder that
+// went stale: here A paused past its TTL while B took over.
+func ExampleLease_Fence() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+	acct := &account{balance: 100}
+
+	a, _ := locks.Acquire(ctx, "account:7")
+	_ = a.Release(ctx) // stands in for A's lease expiring while A was paused
+	b, _ := locks.Acquire(ctx, "account:7")
+	defer b.Release(ctx)
+
+	fmt.Println("B:", acct.charge(b.Fence(), 30), "balance", acct.balance)
+	fmt.Println("A:", acct.charge(a.Fence(), 30), "balance", acct.balance)
+	// Output:
+	// B: <nil> balance 70
+	// A: stale fence 1, newest accepted is 2 balance 70
+}

@@ -1,0 +1,95 @@
+package redlease
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestFencesRiseWithEveryHolder(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	ctx := t.Context()
+	for want := int64(1); want <= 5; want++ {
+		l, err := c.TryAcquire(ctx, "r")
+		require.NoError(t, err)
+		require.Equal(t, want, l.Fence())
+		require.NoError(t, l.Release(ctx))
+	}
+	// Another resource has its own counter; another prefix its own keys.
+	l, err := c.TryAcquire(ctx, "other")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), l.Fence())
+	l2, err := c.TryAcquire(ctx, "r", WithPrefix("app2:"))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), l2.Fence())
+	require.NoError(t, l.Release(ctx))
+	require.NoError(t, l2.Release(ctx))
+}
+
+func TestIntegrationFencesStrictlyIncreaseAcrossClients(t *testing.T) {
+	srv := startRedis(t)
+	const clients, rounds = 4, 250
+	var (
+		mu     sync.Mutex
+		fences []int64
+		wg     sync.WaitGroup
+		errs   = make(chan error, clients)
+	)
+	for range clients {
+		c := New(srv.Client(t), WithTTL(5*time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			for range rounds {
+				l, err := c.Acquire(ctx, "counter")
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock() // inside the critical section: the append order is the holder order
+				fences = append(fences, l.Fence())
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Len(t, fences, clients*rounds)
+	for i := 1; i < len(fences); i++ {
+		require.Greater(t, fences[i], fences[i-1], "fence %d", i)
+	}
+}
+
+func TestFenceCounterNeverExpiresNorFallsBack(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithTTL(50*time.Millisecond), WithAutoRenew(false))
+	var last int64
+	for range 3 {
+		l, err := c.TryAcquire(ctx, "r")
+		require.NoError(t, err)
+		require.Greater(t, l.Fence(), last)
+		last = l.Fence()
+		time.Sleep(100 * time.Millisecond) // let it expire instead of releasing
+	}
+	ttl, err := rdb.PTTL(ctx, "redlease:{r}:fence").Result()
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(-1), ttl, "the counter has no TTL")
+	got, err := c.LastFence(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, last, got)
+}

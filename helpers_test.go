@@ -1,0 +1,202 @@
+package redlease
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// requireServersEnv, when set to a non-empty value (as .ci/run does), turns a
+// missing redis-server into a test failure instead of a skip.
+const requireServersEnv = "REDLEASE_REQUIRE_SERVERS"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newMini starts a miniredis server and returns it with a client of it.
+func newMini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return mr, rdb
+}
+
+// redisServer is a redis-server process started for one test on loopback.
+type redisServer struct {
+	Addr string
+	Dir  string
+	cmd  *exec.Cmd
+}
+
+// startRedis starts redis-server from PATH on a free loopback port, with no
+// persistence unless args say otherwise, and stops it when the test ends. A
+// missing binary skips the test, or fails it when REDLEASE_REQUIRE_SERVERS is set.
+func startRedis(t testing.TB, args ...string) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv(requireServersEnv) != "" {
+			t.Fatalf("redis-server not found in PATH and %s is set", requireServersEnv)
+		}
+		t.Skip("redis-server not found in PATH; set " + requireServersEnv + "=1 to make this a failure")
+	}
+	dir := t.TempDir()
+	var lastErr error
+	for range 5 { // a port picked free may be taken before redis binds it
+		port := freePort(t)
+		s := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir}
+		argv := append([]string{
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--dir", dir, "--save", "", "--appendonly", "no",
+			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
+		}, args...)
+		s.cmd = exec.Command(bin, argv...)
+		if err := s.cmd.Start(); err != nil {
+			t.Fatalf("start redis-server: %v", err)
+		}
+		if lastErr = s.waitReady(5 * time.Second); lastErr == nil {
+			t.Cleanup(s.stop)
+			return s
+		}
+		s.stop()
+	}
+	t.Fatalf("redis-server did not start: %v", lastErr)
+	return nil
+}
+
+func (s *redisServer) waitReady(limit time.Duration) error {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer rdb.Close()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *redisServer) stop() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// Client returns a go-redis client of s, closed when the test ends.
+func (s *redisServer) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	return newClient(t, s.Addr)
+}
+
+func newClient(t testing.TB, addr string) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// commandStats returns the calls per command from INFO commandstats.
+func commandStats(t testing.TB, rdb *redis.Client) map[string]int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.Atoi(v)
+				calls[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return calls
+}
+
+// countingHook counts the commands a go-redis client sends, and, while
+// loseReplies is positive, lets a command reach Redis and then reports it as
+// failed with a timeout, as if its reply had been lost.
+type countingHook struct {
+	cmds        atomic.Int64
+	loseReplies atomic.Int64
+}
+
+var errReplyLost = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.cmds.Add(1)
+		err := next(ctx, cmd)
+		if err == nil && h.takeLoss() {
+			cmd.SetErr(errReplyLost)
+			return errReplyLost
+		}
+		return err
+	}
+}
+
+func (h *countingHook) takeLoss() bool {
+	for {
+		n := h.loseReplies.Load()
+		if n <= 0 {
+			return false
+		}
+		if h.loseReplies.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// waitDone waits up to limit for ctx to end and fails the test otherwise.
+func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(limit):
+		t.Fatalf("context not done after %v", limit)
+	}
+}

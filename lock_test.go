@@ -1,0 +1,551 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// ---- unit tests on miniredis ----
+
+func TestAcquireRelease(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(10*time.Second))
+	ctx := t.Context()
+
+	l, err := c.TryAcquire(ctx, "billing:42")
+	require.NoError(t, err)
+	require.Equal(t, "billing:42", l.Resource())
+	require.Equal(t, int64(1), l.Fence())
+	require.Regexp(t, uuidV4, l.Owner())
+	require.NoError(t, l.Context().Err())
+
+	// Keys of one resource share a hash slot; the lease has the TTL, the counter none.
+	require.Equal(t, fmt.Sprintf("%s:%d", l.Owner(), l.Fence()), mustGet(t, mr, "redlease:{billing:42}:lease"))
+	require.Equal(t, 10*time.Second, mr.TTL("redlease:{billing:42}:lease"))
+	require.Equal(t, "1", mustGet(t, mr, "redlease:{billing:42}:fence"))
+	require.Zero(t, mr.TTL("redlease:{billing:42}:fence"))
+
+	require.NoError(t, l.Release(ctx))
+	require.ErrorIs(t, context.Cause(l.Context()), ErrReleased)
+	require.False(t, mr.Exists("redlease:{billing:42}:lease"))
+	require.Equal(t, "1", mustGet(t, mr, "redlease:{billing:42}:fence"), "release never touches the fence counter")
+	require.ErrorIs(t, l.Refresh(ctx), ErrReleased)
+
+	n, err := c.LastFence(ctx, "billing:42")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	n, err = c.LastFence(ctx, "never-taken")
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+func mustGet(t *testing.T, mr interface{ Get(string) (string, error) }, key string) string {
+	t.Helper()
+	v, err := mr.Get(key)
+	require.NoError(t, err, key)
+	return v
+}
+
+func TestTryAcquireBusy(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(10*time.Second), WithAutoRenew(false))
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	defer l.Release(ctx)
+
+	mr.FastForward(3 * time.Second)
+	_, err = c.TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	var busy *BusyError
+	require.ErrorAs(t, err, &busy)
+	require.Equal(t, "r", busy.Resource)
+	require.Equal(t, 7*time.Second, busy.Remaining)
+	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "a failed attempt draws no fence")
+}
+
+func TestExpiredHolderIsReplacedAndItsLateReleaseDeletesNothing(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
+	ctx := t.Context()
+	a, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	mr.FastForward(time.Minute) // A paused past its TTL
+	b, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Greater(t, b.Fence(), a.Fence())
+
+	err = a.Release(ctx)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost, "a second Release repeats the verdict")
+	require.Equal(t, fmt.Sprintf("%s:%d", b.Owner(), b.Fence()), mustGet(t, mr, "redlease:{r}:lease"),
+		"the stale release left the new lease alone")
+	require.ErrorIs(t, a.Refresh(ctx), ErrReleased)
+	require.NoError(t, b.Release(ctx))
+}
+
+func TestRefreshAfterLossEndsContext(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
+	ctx := t.Context()
+	a, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	require.NoError(t, a.Refresh(ctx))
+	mr.FastForward(time.Minute)
+	b, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	err = a.Refresh(ctx)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.ErrorIs(t, context.Cause(a.Context()), ErrLeaseLost)
+	require.Equal(t, b.Owner()+":2", mustGet(t, mr, "redlease:{r}:lease"), "refresh never recreates or takes over")
+	require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost, "no renew is sent for a lost lease")
+	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+	require.NoError(t, b.Release(ctx))
+}
+
+func TestRefreshResetsTTL(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	before := l.Deadline()
+	mr.FastForward(40 * time.Second)
+	require.Equal(t, 20*time.Second, mr.TTL("redlease:{r}:lease"))
+	time.Sleep(2 * time.Millisecond)
+	require.NoError(t, l.Refresh(ctx))
+	require.Equal(t, time.Minute, mr.TTL("redlease:{r}:lease"))
+	require.True(t, l.Deadline().After(before), "refresh moves the local deadline")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestReleaseWithCancelledContextStillReleases(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb)
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.NoError(t, l.Release(ctx))
+	require.False(t, mr.Exists("redlease:{r}:lease"))
+
+	// The common case: a deferred Release given the lease's own context.
+	l, err = c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	func() {
+		defer l.Release(l.Context())
+	}()
+	require.False(t, mr.Exists("redlease:{r}:lease"))
+}
+
+func TestSecondReleaseMakesNoRoundTrip(t *testing.T) {
+	_, rdb := newMini(t)
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	c := New(rdb)
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	sent := hook.cmds.Load()
+	require.NoError(t, l.Release(ctx))
+	require.Equal(t, sent, hook.cmds.Load())
+}
+
+type ctxKey struct{}
+
+func TestLeaseContextKeepsValuesNotCancellation(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), ctxKey{}, "trace-7"))
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	cancel()
+	require.NoError(t, l.Context().Err())
+	require.Equal(t, "trace-7", l.Context().Value(ctxKey{}))
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
+	_, rdb := newMini(t)
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	var typedNil *redis.Client
+	cases := []struct {
+		name     string
+		client   *Client
+		resource string
+		opts     []Option
+	}{
+		{"empty resource", New(rdb), "", nil},
+		{"nil client", New(nil), "r", nil},
+		{"typed nil client", New(typedNil), "r", nil},
+		{"zero TTL", New(rdb), "r", []Option{WithTTL(0)}},
+		{"negative TTL", New(rdb), "r", []Option{WithTTL(-time.Second)}},
+		{"TTL below 1ms", New(rdb), "r", []Option{WithTTL(500 * time.Microsecond)}},
+		{"TTL not whole ms", New(rdb), "r", []Option{WithTTL(1500 * time.Microsecond)}},
+		{"bad TTL in New", New(rdb, WithTTL(0)), "r", nil},
+		{"renew interval at lifetime", New(rdb), "r", []Option{WithTTL(time.Second), WithRenewInterval(890 * time.Millisecond)}},
+		{"renew interval above TTL", New(rdb), "r", []Option{WithTTL(time.Second), WithRenewInterval(2 * time.Second)}},
+		{"negative renew interval", New(rdb), "r", []Option{WithRenewInterval(-time.Second)}},
+		{"negative margin", New(rdb), "r", []Option{WithSafetyMargin(-time.Millisecond)}},
+		{"margin eats TTL", New(rdb), "r", []Option{WithTTL(time.Second), WithSafetyMargin(time.Second)}},
+		{"zero release timeout", New(rdb), "r", []Option{WithReleaseTimeout(0)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, acquire := range []func(context.Context, string, ...Option) (*Lease, error){tc.client.TryAcquire, tc.client.Acquire} {
+				l, err := acquire(t.Context(), tc.resource, tc.opts...)
+				require.Nil(t, l)
+				require.ErrorIs(t, err, ErrInvalidArgument)
+			}
+			_, err := tc.client.LastFence(t.Context(), tc.resource, tc.opts...)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+		})
+	}
+	require.Zero(t, hook.cmds.Load(), "no command may be sent for bad input")
+
+	// Nil handles answer instead of panicking.
+	var nilClient *Client
+	_, err := nilClient.TryAcquire(t.Context(), "r")
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	var nilLease *Lease
+	require.ErrorIs(t, nilLease.Release(t.Context()), ErrInvalidArgument)
+	require.ErrorIs(t, nilLease.Refresh(t.Context()), ErrInvalidArgument)
+	require.Error(t, nilLease.Context().Err())
+	require.Zero(t, nilLease.Fence())
+}
+
+func TestAcquireWaitsForRelease(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	ctx := t.Context()
+	a, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	got := make(chan *Lease, 1)
+	go func() {
+		b, err := c.Acquire(ctx, "r")
+		if err != nil {
+			b = nil
+		}
+		got <- b
+	}()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, a.Release(ctx))
+	select {
+	case b := <-got:
+		require.NotNil(t, b)
+		require.Equal(t, int64(2), b.Fence())
+		require.NoError(t, b.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire did not return after the release")
+	}
+}
+
+func TestAcquireEndsWithContext(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	a, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	defer a.Release(t.Context())
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = c.Acquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	_, err = c.Acquire(ctx, "r") // already ended: no round trip needed
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
+	mr, rdb := newMini(t)
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	c := New(rdb)
+	ctx := t.Context()
+
+	hook.loseReplies.Store(1) // the first acquire runs, its reply is lost
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), l.Fence(), "the retry with the same owner gets the same fence")
+	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "no second fence was drawn")
+	require.NoError(t, l.Release(ctx))
+
+	// Every reply lost: TryAcquire gives up, says so, and releases by owner.
+	hook.loseReplies.Store(maxUnknownRetries + 1)
+	_, err = c.TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.False(t, mr.Exists("redlease:{r}:lease"), "the lease of unknown outcome was released by owner")
+	require.Equal(t, "2", mustGet(t, mr, "redlease:{r}:fence"))
+}
+
+func TestReleaseAndRefreshWithLostReplyAreReportedUnknown(t *testing.T) {
+	mr, rdb := newMini(t)
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	c := New(rdb, WithAutoRenew(false))
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	hook.loseReplies.Store(1)
+	err = l.Refresh(ctx)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrLeaseLost)
+	require.NoError(t, l.Context().Err(), "an unknown renew outcome does not end the lease; its deadline does")
+
+	hook.loseReplies.Store(1)
+	err = l.Release(ctx)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrLeaseLost)
+	require.False(t, mr.Exists("redlease:{r}:lease"), "the delete did happen; only its reply was lost")
+	// A retry learns the lease is gone, which after an unknown outcome is no surprise.
+	require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+}
+
+func TestLocalDeadlineEndsLeaseWithoutRenewal(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb, WithTTL(100*time.Millisecond), WithAutoRenew(false))
+	start := time.Now()
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	require.False(t, l.Deadline().After(start.Add(100*time.Millisecond)))
+	waitDone(t, l.Context(), 10*time.Second)
+	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond, "lifetime is TTL less drift and margin")
+	require.NoError(t, l.Release(t.Context()), "the key was still there: miniredis does not expire without FastForward")
+}
+
+func TestWatchdogOnMiniredis(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(300*time.Millisecond))
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	time.Sleep(time.Second) // three local lifetimes: only renewals keep it
+	require.NoError(t, l.Context().Err())
+
+	// The key disappears (an operator deleted it): the next renewal notices.
+	mr.Del("redlease:{r}:lease")
+	waitDone(t, l.Context(), 10*time.Second)
+	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+	require.ErrorIs(t, l.Release(t.Context()), ErrLeaseLost)
+}
+
+// ---- integration tests on a real redis-server ----
+
+func TestIntegrationContendersExactlyOneWins(t *testing.T) {
+	srv := startRedis(t)
+	const n = 16
+	start := make(chan struct{})
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		won    []*Lease
+		others int
+	)
+	for range n {
+		c := New(srv.Client(t), WithTTL(10*time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l, err := c.TryAcquire(context.Background(), "contended")
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				won = append(won, l)
+			} else if errors.Is(err, ErrNotAcquired) {
+				others++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.Len(t, won, 1)
+	require.Equal(t, n-1, others)
+	require.Equal(t, int64(1), won[0].Fence())
+	require.NoError(t, won[0].Release(t.Context()))
+}
+
+func TestIntegrationDeadHolderIsReplacedAfterExpiry(t *testing.T) {
+	srv := startRedis(t)
+	ctx := t.Context()
+	// A's process dies: its connection closes and nothing renews or releases.
+	deadRdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	dead := New(deadRdb, WithTTL(300*time.Millisecond))
+	a, err := dead.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	_ = deadRdb.Close()
+
+	c := New(srv.Client(t))
+	start := time.Now()
+	b, err := c.Acquire(ctx, "r")
+	require.NoError(t, err)
+	require.Greater(t, b.Fence(), a.Fence())
+	require.Less(t, time.Since(start), 10*time.Second)
+	waitDone(t, a.Context(), 10*time.Second) // the dead holder's context ended too
+	require.NoError(t, b.Release(ctx))
+}
+
+func TestIntegrationStaleReleaseDoesNotDeleteNewLease(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithTTL(200*time.Millisecond), WithAutoRenew(false))
+	a, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	time.Sleep(400 * time.Millisecond) // A pauses past its TTL
+	b, err := c.TryAcquire(ctx, "r", WithTTL(10*time.Second))
+	require.NoError(t, err)
+
+	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+	v, err := rdb.Get(ctx, "redlease:{r}:lease").Result()
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s:%d", b.Owner(), b.Fence()), v)
+	require.NoError(t, b.Release(ctx))
+}
+
+func TestIntegrationRenewAfterLoss(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+
+	for _, autoRenew := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autoRenew=%v", autoRenew), func(t *testing.T) {
+			res := fmt.Sprintf("renew-%v", autoRenew)
+			c := New(rdb, WithTTL(600*time.Millisecond), WithAutoRenew(autoRenew))
+			a, err := c.TryAcquire(ctx, res)
+			require.NoError(t, err)
+			// An operator breaks the lease and B takes it while A still runs.
+			require.NoError(t, rdb.Del(ctx, "redlease:{"+res+"}:lease").Err())
+			b, err := c.TryAcquire(ctx, res, WithTTL(10*time.Second))
+			require.NoError(t, err)
+
+			if autoRenew {
+				waitDone(t, a.Context(), 10*time.Second) // the watchdog's renewal found it
+			} else {
+				require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost)
+			}
+			require.ErrorIs(t, context.Cause(a.Context()), ErrLeaseLost)
+			require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost)
+			ttl, err := rdb.PTTL(ctx, "redlease:{"+res+"}:lease").Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, 5*time.Second, "A's renewals did not touch B's lease")
+			require.NoError(t, b.Release(ctx))
+		})
+	}
+}
+
+func TestIntegrationWatchdogKeepsLeaseFiveTTLs(t *testing.T) {
+	srv := startRedis(t)
+	ttl := 300 * time.Millisecond
+	holder := New(srv.Client(t), WithTTL(ttl))
+	rival := New(srv.Client(t))
+	ctx := t.Context()
+	l, err := holder.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	deadline := time.Now().Add(5 * ttl)
+	tries := 0
+	for time.Now().Before(deadline) {
+		_, err := rival.TryAcquire(ctx, "r")
+		require.ErrorIs(t, err, ErrNotAcquired)
+		tries++
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, l.Context().Err(), "the lease stayed held")
+	require.Greater(t, tries, 10)
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestIntegrationUnreachableRedisEndsContextBeforeServerExpiry(t *testing.T) {
+	srv := startRedis(t)
+	proxy := startProxy(t, srv.Addr)
+	direct := srv.Client(t)
+	const ttl = 2 * time.Second
+	c := New(newClient(t, proxy.Addr()), WithTTL(ttl), WithSafetyMargin(ttl/4))
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+
+	time.Sleep(ttl / 2) // a renewal or two go through
+	cut := time.Now()
+	proxy.Blackhole()
+	// Every confirmed request was sent before the cut, so the server keeps
+	// the lease until at least cut+TTL; the context must end before that.
+	waitDone(t, l.Context(), 3*ttl)
+	ended := time.Now()
+	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+	require.True(t, ended.Before(cut.Add(ttl)), "context ended %v after the cut, TTL is %v", ended.Sub(cut), ttl)
+	pttl, err := direct.PTTL(t.Context(), "redlease:{r}:lease").Result()
+	require.NoError(t, err)
+	require.Greater(t, pttl, time.Duration(0), "the server still had the lease when the holder stopped")
+
+	proxy.Heal()
+	_ = l.Release(t.Context())
+}
+
+func TestIntegrationOneCommandPerAcquireAndRelease(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	c := New(rdb, WithAutoRenew(false))
+	warm, err := c.TryAcquire(ctx, "warm") // loads the scripts (EVALSHA, NOSCRIPT, EVAL)
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	before := hook.cmds.Load()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), hook.cmds.Load()-before, "acquire is one round trip")
+	stats := commandStats(t, rdb)
+	require.Equal(t, 1, stats["evalsha"])
+	require.Zero(t, stats["eval"])
+
+	before = hook.cmds.Load()
+	require.NoError(t, l.Release(ctx))
+	require.Equal(t, int64(1), hook.cmds.Load()-before, "release is one round trip")
+	stats = commandStats(t, rdb)
+	require.Equal(t, 2, stats["evalsha"])
+	require.Zero(t, stats["eval"])
+}
+
+func TestIntegrationScriptCacheFlushed(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithTTL(300*time.Millisecond))
+	var leases []*Lease
+	for i := range 3 { // several leases, so renewals go in one pipeline
+		l, err := c.TryAcquire(ctx, fmt.Sprint("flush-", i))
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	time.Sleep(time.Second) // renewals across a lost script cache
+	for _, l := range leases {
+		require.NoError(t, l.Context().Err())
+		require.NoError(t, l.Release(ctx))
+	}
+}

@@ -1,0 +1,132 @@
+package redlease
+
+import (
+	"time"
+)
+
+// Defaults of the options below.
+const (
+	// DefaultTTL is the lease TTL when WithTTL is not given.
+	DefaultTTL = 30 * time.Second
+	// DefaultPrefix starts every key redlease writes.
+	DefaultPrefix = "redlease:"
+	// DefaultReleaseTimeout bounds Release when WithReleaseTimeout is not given.
+	DefaultReleaseTimeout = 5 * time.Second
+	// DriftFactor is the rate ρ by which the local monotonic clock and the
+	// Redis server's clock are assumed to differ at most. The local deadline of
+	// a lease is shortened by TTL·ρ (Redlock uses the same 1 %).
+	DriftFactor = 0.01
+)
+
+// Option configures a Client (given to New: defaults for every lease) or one
+// lease (given to an acquire call: overrides the Client's defaults).
+type Option func(*config)
+
+type config struct {
+	ttl            time.Duration
+	autoRenew      bool
+	prefix         string
+	renewInterval  time.Duration // 0: ttl/3
+	safetyMargin   time.Duration
+	marginSet      bool // false: ttl/10
+	releaseTimeout time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		ttl:            DefaultTTL,
+		autoRenew:      true,
+		prefix:         DefaultPrefix,
+		releaseTimeout: DefaultReleaseTimeout,
+	}
+}
+
+// WithTTL sets the lease TTL: how long Redis keeps a lease that is not
+// renewed, and so how long a crashed holder blocks the resource. It must be a
+// whole number of milliseconds, at least 1 ms (Redis stores expiries in ms).
+// Default DefaultTTL (30 s).
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithAutoRenew turns the watchdog on or off. On (the default), the Client
+// renews the lease every renew interval until it is released or lost. Off,
+// the lease context ends at the lease's local deadline unless Refresh extends it.
+func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on } }
+
+// WithPrefix sets the prefix of every key: a resource R uses the keys
+// <prefix>{R}:lease and <prefix>{R}:fence, which share a Redis Cluster hash
+// slot. Default DefaultPrefix ("redlease:"). Leases taken with different
+// prefixes do not exclude each other.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithRenewInterval sets how often the watchdog renews a lease. It must be
+// positive and shorter than the lease's local lifetime (see WithSafetyMargin).
+// Default TTL/3.
+func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
+
+// WithSafetyMargin sets how much earlier than the TTL, on top of the clock
+// drift allowance TTL·DriftFactor, the lease context ends when no renewal was
+// confirmed: the holder's time to notice and stop before Redis can hand the
+// resource to someone else. The local lifetime of a lease is
+// TTL − TTL·DriftFactor − margin, counted from the moment the last confirmed
+// acquire or renew request was sent. It must be at least 0 and leave a
+// positive lifetime. Default TTL/10.
+func WithSafetyMargin(d time.Duration) Option {
+	return func(c *config) { c.safetyMargin, c.marginSet = d, true }
+}
+
+// WithReleaseTimeout bounds each Release call. Release ignores the
+// cancellation of the context it is given (it is often the lease's own,
+// already ended context) and uses this timeout instead. Default
+// DefaultReleaseTimeout (5 s).
+func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
+
+func (c *config) apply(opts []Option) {
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+}
+
+func (c *config) margin() time.Duration {
+	if !c.marginSet {
+		return c.ttl / 10
+	}
+	return c.safetyMargin
+}
+
+// lifetime is how long after sending a confirmed acquire or renew the lease
+// is considered held locally.
+func (c *config) lifetime() time.Duration {
+	return c.ttl - time.Duration(float64(c.ttl)*DriftFactor) - c.margin()
+}
+
+func (c *config) interval() time.Duration {
+	if c.renewInterval == 0 {
+		return c.ttl / 3
+	}
+	return c.renewInterval
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.ttl < time.Millisecond:
+		return invalidf("TTL %v is below 1ms", c.ttl)
+	case c.ttl%time.Millisecond != 0:
+		return invalidf("TTL %v is not a whole number of milliseconds", c.ttl)
+	case c.safetyMargin < 0:
+		return invalidf("safety margin %v is negative", c.safetyMargin)
+	case c.lifetime() <= 0:
+		return invalidf("safety margin %v leaves no lifetime of TTL %v", c.margin(), c.ttl)
+	case c.renewInterval < 0:
+		return invalidf("renew interval %v is negative", c.renewInterval)
+	case c.interval() <= 0:
+		return invalidf("renew interval of TTL %v rounds to 0", c.ttl)
+	case c.interval() >= c.lifetime():
+		return invalidf("renew interval %v is not below the lease's local lifetime %v (TTL %v)",
+			c.interval(), c.lifetime(), c.ttl)
+	case c.releaseTimeout <= 0:
+		return invalidf("release timeout %v is not positive", c.releaseTimeout)
+	}
+	return nil
+}

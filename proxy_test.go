@@ -1,0 +1,173 @@
+package redlease
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// faultProxy is a TCP proxy on loopback that injects network faults between
+// a client and a server: per-direction delay, blackhole (connections stay
+// open, nothing is forwarded until healed, as TCP would hold and retransmit),
+// dropped replies (the request is delivered, then the connection is closed
+// instead of delivering the reply) and reset of every open connection.
+type faultProxy struct {
+	ln     net.Listener
+	target string
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	faults  [2]faults // by direction
+	conns   map[net.Conn]struct{}
+	closed  bool
+	pumping sync.WaitGroup
+}
+
+// direction of traffic through the proxy.
+type direction int
+
+const (
+	toServer direction = iota // requests
+	toClient                  // replies
+)
+
+type faults struct {
+	delay     time.Duration
+	blackhole bool
+	drop      bool // close the connection instead of forwarding
+}
+
+// startProxy starts a proxy to target on a free loopback port; it is closed
+// when the test ends.
+func startProxy(t testing.TB, target string) *faultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
+	p.pumping.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the address clients dial instead of the target's.
+func (p *faultProxy) Addr() string { return p.ln.Addr().String() }
+
+// Delay holds every chunk going in direction d for delay before forwarding it.
+func (p *faultProxy) Delay(d direction, delay time.Duration) {
+	p.set(func() { p.faults[d].delay = delay })
+}
+
+// Blackhole stops forwarding in both directions without closing anything.
+func (p *faultProxy) Blackhole() {
+	p.set(func() { p.faults[toServer].blackhole, p.faults[toClient].blackhole = true, true })
+}
+
+// DropReplies makes the proxy close a connection, instead of forwarding, when
+// a reply arrives on it: the request was delivered, its reply is lost.
+func (p *faultProxy) DropReplies(on bool) {
+	p.set(func() { p.faults[toClient].drop = on })
+}
+
+// Heal ends every fault; held traffic flows again.
+func (p *faultProxy) Heal() {
+	p.set(func() { p.faults = [2]faults{} })
+}
+
+// Reset closes every open connection abruptly (RST).
+func (p *faultProxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+	}
+}
+
+func (p *faultProxy) set(f func()) {
+	p.mu.Lock()
+	f()
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+// Close stops the proxy and closes every connection.
+func (p *faultProxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cond.Broadcast()
+	_ = p.ln.Close()
+	p.Reset()
+	p.pumping.Wait()
+}
+
+func (p *faultProxy) accept() {
+	defer p.pumping.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			return
+		}
+		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+		p.pumping.Add(2)
+		p.mu.Unlock()
+		go p.pump(client, server, toServer)
+		go p.pump(server, client, toClient)
+	}
+}
+
+// pump copies src to dst, applying the faults of direction d to each chunk.
+func (p *faultProxy) pump(src, dst net.Conn, d direction) {
+	defer p.pumping.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, src)
+		delete(p.conns, dst)
+		p.mu.Unlock()
+		_ = src.Close()
+		_ = dst.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.faults[d].blackhole && !p.closed {
+				p.cond.Wait()
+			}
+			f, closed := p.faults[d], p.closed
+			p.mu.Unlock()
+			if closed || f.drop {
+				return
+			}
+			if f.delay > 0 {
+				time.Sleep(f.delay)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,25 @@
+package redlease
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts are loaded into Redis on first use and then run by EVALSHA;
+// redis.Script.Run falls back to EVAL when the server answers NOSCRIPT (after
+// a restart or SCRIPT FLUSH). Each script's header states its keys, arguments
+// and reply.
+var (
+	//go:embed acquire.lua
+	acquireSrc    string
+	acquireScript = redis.NewScript(acquireSrc)
+
+	//go:embed refresh.lua
+	refreshSrc    string
+	refreshScript = redis.NewScript(refreshSrc)
+
+	//go:embed release.lua
+	releaseSrc    string
+	releaseScript = redis.NewScript(releaseSrc)
+)

@@ -1,0 +1,253 @@
+package redlease
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The watchdog renews the auto-renewed leases of one Client. One goroutine
+// keeps every lease in a queue ordered by its next renewal time and sends the
+// renewals that fall due together, in pipelines: the cost per lease is a queue
+// entry and a timer, not a goroutine. The goroutine starts with the first
+// lease and ends when no lease is left to renew.
+//
+// Lock order: a lease's mu before the watchdog's mu; the watchdog never
+// takes a lease's mu while holding its own.
+//
+// The watchdog only extends leases. What ends a lease context on time is each
+// lease's own deadline timer, which runs whether or not a renewal is stuck on
+// the network.
+type watchdog struct {
+	rdb redis.UniversalClient
+
+	mu       sync.Mutex
+	queue    renewQueue
+	inflight int  // batches being sent
+	running  bool // the loop goroutine exists
+	wake     chan struct{}
+}
+
+const (
+	// maxBatch bounds the commands in one pipeline.
+	maxBatch = 1000
+	// maxInflight bounds the batches in flight at once, so that a slow or
+	// unreachable node delays, but does not stop, the renewal of the others.
+	maxInflight = 4
+)
+
+// schedule queues l for renewal at at.
+func (w *watchdog) schedule(l *Lease, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.renewAt = at
+	if l.index >= 0 {
+		heap.Fix(&w.queue, l.index)
+	} else {
+		heap.Push(&w.queue, l)
+	}
+	w.startLocked()
+}
+
+// unschedule removes l from the queue for good: its lease has ended.
+func (w *watchdog) unschedule(l *Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l.ended = true
+	if l.index >= 0 {
+		heap.Remove(&w.queue, l.index)
+		w.signalLocked()
+	}
+}
+
+func (w *watchdog) startLocked() {
+	if w.wake == nil {
+		w.wake = make(chan struct{}, 1)
+	}
+	if !w.running {
+		w.running = true
+		go w.loop()
+	} else {
+		w.signalLocked()
+	}
+}
+
+func (w *watchdog) signalLocked() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watchdog) loop() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 && w.inflight == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		var batch []*Lease
+		wait := time.Duration(-1) // until woken
+		if w.inflight < maxInflight && len(w.queue) > 0 {
+			now := time.Now()
+			// Everything due within a tenth of its interval goes now, so
+			// leases taken at nearly the same time share a pipeline.
+			for len(w.queue) > 0 && len(batch) < maxBatch {
+				next := w.queue[0]
+				if next.renewAt.Sub(now) > next.interval/10 {
+					break
+				}
+				batch = append(batch, heap.Pop(&w.queue).(*Lease))
+			}
+			if len(batch) > 0 {
+				w.inflight++
+			} else {
+				wait = w.queue[0].renewAt.Sub(now)
+			}
+		}
+		w.mu.Unlock()
+
+		if len(batch) > 0 {
+			go w.renew(batch)
+			continue
+		}
+		if wait >= 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-w.wake:
+			}
+		} else {
+			<-w.wake
+		}
+	}
+}
+
+// renew sends one batch of renewals and requeues each lease that stays
+// active: after its interval when renewed, after a short pause when the
+// request failed (until its local deadline ends it).
+func (w *watchdog) renew(batch []*Lease) {
+	live := batch[:0]
+	for _, l := range batch {
+		if l.active() { // no renewal for a lease that has ended
+			live = append(live, l)
+		}
+	}
+	sent := time.Now()
+	oks, errs := w.send(live)
+	type requeue struct {
+		l  *Lease
+		at time.Time
+	}
+	var again []requeue
+	for i, l := range live {
+		if l.renewed(sent, oks[i], errs[i]) == nil {
+			again = append(again, requeue{l, sent.Add(l.interval)})
+		} else if errs[i] != nil { // request failed: try again while time is left
+			at := time.Now().Add(max(l.interval/4, time.Millisecond))
+			if at.Before(l.Deadline()) {
+				again = append(again, requeue{l, at})
+			}
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	for _, r := range again {
+		if !r.l.ended && r.l.index < 0 {
+			r.l.renewAt = r.at
+			heap.Push(&w.queue, r.l)
+		}
+	}
+	w.signalLocked()
+}
+
+// send renews leases and returns, per lease, whether Redis renewed it and the
+// request error.
+func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
+	oks, errs = make([]bool, len(leases)), make([]error, len(leases))
+	if len(leases) == 0 {
+		return oks, errs
+	}
+	// A renewal is worth waiting for only until the last local deadline in
+	// the batch; go-redis's own timeouts may end it sooner.
+	var last time.Time
+	for _, l := range leases {
+		if d := l.Deadline(); d.After(last) {
+			last = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), last)
+	defer cancel()
+
+	if len(leases) == 1 {
+		l := leases[0]
+		oks[0], errs[0] = renewResult(refreshScript.Run(ctx, w.rdb, []string{l.key}, l.owner, l.ttlMS))
+		return oks, errs
+	}
+	cmds := make([]*redis.Cmd, len(leases))
+	pipe := w.rdb.Pipeline()
+	for i, l := range leases {
+		cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{l.key}, l.owner, l.ttlMS)
+	}
+	_, _ = pipe.Exec(ctx)
+	var retry []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+			continue
+		}
+		oks[i], errs[i] = renewResult(cmd)
+	}
+	if len(retry) > 0 { // the server lost its script cache: send the source
+		pipe := w.rdb.Pipeline()
+		for _, i := range retry {
+			l := leases[i]
+			cmds[i] = refreshScript.Eval(ctx, pipe, []string{l.key}, l.owner, l.ttlMS)
+		}
+		_, _ = pipe.Exec(ctx)
+		for _, i := range retry {
+			oks[i], errs[i] = renewResult(cmds[i])
+		}
+	}
+	return oks, errs
+}
+
+func renewResult(cmd *redis.Cmd) (bool, error) {
+	n, err := cmd.Int64()
+	return err == nil && n == 1, err
+}
+
+// renewQueue is a min-heap of leases by next renewal time.
+type renewQueue []*Lease
+
+func (q renewQueue) Len() int           { return len(q) }
+func (q renewQueue) Less(i, j int) bool { return q[i].renewAt.Before(q[j].renewAt) }
+func (q renewQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index = i
+	q[j].index = j
+}
+func (q *renewQueue) Push(x any) {
+	l := x.(*Lease)
+	l.index = len(*q)
+	*q = append(*q, l)
+}
+func (q *renewQueue) Pop() any {
+	old := *q
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.index = -1
+	*q = old[:n-1]
+	return l
+}
