@@ -47,6 +47,13 @@ type redisServer struct {
 // missing binary skips the test, or fails it when REDLEASE_REQUIRE_SERVERS is set.
 func startRedis(t testing.TB, args ...string) *redisServer {
 	t.Helper()
+	return startRedisConf(t, "", args...)
+}
+
+// startRedisConf is startRedis with a config file (Sentinel needs one it can
+// rewrite); conf may be empty.
+func startRedisConf(t testing.TB, conf string, args ...string) *redisServer {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv(requireServersEnv) != "" {
@@ -59,11 +66,15 @@ func startRedis(t testing.TB, args ...string) *redisServer {
 	for range 5 { // a port picked free may be taken before redis binds it
 		port := freePort(t)
 		s := &redisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir}
-		argv := append([]string{
+		var argv []string
+		if conf != "" {
+			argv = append(argv, conf)
+		}
+		argv = append(argv,
 			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--dir", dir, "--save", "", "--appendonly", "no",
-			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
-		}, args...)
+			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)))
+		argv = append(argv, args...)
 		s.cmd = exec.Command(bin, argv...)
 		if err := s.cmd.Start(); err != nil {
 			t.Fatalf("start redis-server: %v", err)
@@ -76,6 +87,77 @@ func startRedis(t testing.TB, args ...string) *redisServer {
 	}
 	t.Fatalf("redis-server did not start: %v", lastErr)
 	return nil
+}
+
+// startCluster starts a Redis Cluster of n masters (no replicas) on loopback
+// and returns a cluster client of it.
+func startCluster(t testing.TB, n int) ([]*redisServer, *redis.ClusterClient) {
+	t.Helper()
+	var nodes []*redisServer
+	var addrs []string
+	for range n {
+		s := startRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+			"--cluster-config-file", "nodes.conf")
+		nodes = append(nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, s := range nodes { // every node must agree before clients route by slot
+		waitFor(t, 20*time.Second, func() bool {
+			info, err := newClient(t, s.Addr).ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = cc.Close() })
+	waitFor(t, 20*time.Second, func() bool {
+		return cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+			return c.Ping(ctx).Err()
+		}) == nil
+	})
+	return nodes, cc
+}
+
+// startSentinel starts a master, a replica and one Sentinel that monitors
+// them as "mymaster", and returns a failover client.
+func startSentinel(t testing.TB) (master, replica, sentinel *redisServer, rdb *redis.Client) {
+	t.Helper()
+	master = startRedis(t)
+	host, port, _ := net.SplitHostPort(master.Addr)
+	replica = startRedis(t, "--replicaof", host, port)
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	err := os.WriteFile(conf, []byte(fmt.Sprintf(
+		"sentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
+		host, port)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinel = startRedisConf(t, conf, "--sentinel")
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { _ = sc.Close() })
+	waitFor(t, 20*time.Second, func() bool {
+		addr, err := sc.GetMasterAddrByName(context.Background(), "mymaster").Result()
+		return err == nil && net.JoinHostPort(addr[0], addr[1]) == master.Addr
+	})
+	rdb = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return master, replica, sentinel, rdb
+}
+
+// waitFor polls cond every 20ms until it holds, failing the test after limit.
+func waitFor(t testing.TB, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met after %v", limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (s *redisServer) waitReady(limit time.Duration) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -548,4 +549,72 @@ func TestIntegrationScriptCacheFlushed(t *testing.T) {
 		require.NoError(t, l.Context().Err())
 		require.NoError(t, l.Release(ctx))
 	}
+}
+
+func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
+	mr, rdb := newMini(t)
+	_ = rdb.Ping(t.Context()).Err() // the pool's connection is not the lease's doing
+	ignore := goleak.IgnoreCurrent()
+	c := New(rdb, WithTTL(time.Second))
+	ctx := t.Context()
+	var leases []*Lease
+	for i := range 20 {
+		l, err := c.TryAcquire(ctx, fmt.Sprint("g", i))
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	for _, l := range leases[:10] {
+		require.NoError(t, l.Release(ctx))
+	}
+	for i := 10; i < 20; i++ { // the rest are lost: the watchdog finds them gone
+		mr.Del(fmt.Sprintf("redlease:{g%d}:lease", i))
+	}
+	for _, l := range leases[10:] {
+		waitDone(t, l.Context(), 10*time.Second)
+	}
+	// Closing the connections ends the server's and the pool's goroutines;
+	// a watchdog goroutine would remain.
+	require.NoError(t, rdb.Close())
+	mr.Close()
+	goleak.VerifyNone(t, ignore)
+}
+
+func TestIntegrationClusterClient(t *testing.T) {
+	_, cc := startCluster(t, 3)
+	ctx := t.Context()
+	c := New(cc, WithTTL(500*time.Millisecond))
+	rival := New(cc)
+	var leases []*Lease
+	for i := range 30 { // resources spread over the slots of all three masters
+		l, err := c.TryAcquire(ctx, fmt.Sprint("shard-", i))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), l.Fence())
+		leases = append(leases, l)
+	}
+	time.Sleep(1500 * time.Millisecond) // renewals in pipelines that span nodes
+	for _, l := range leases {
+		require.NoError(t, l.Context().Err(), l.Resource())
+		_, err := rival.TryAcquire(ctx, l.Resource())
+		require.ErrorIs(t, err, ErrNotAcquired)
+		require.NoError(t, l.Release(ctx))
+	}
+	l, err := rival.TryAcquire(ctx, "shard-7")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), l.Fence())
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestIntegrationSentinelFailoverClient(t *testing.T) {
+	_, _, _, rdb := startSentinel(t)
+	ctx := t.Context()
+	c := New(rdb, WithTTL(500*time.Millisecond))
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	require.NoError(t, l.Context().Err())
+	require.NoError(t, l.Release(ctx))
+	l, err = c.Acquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), l.Fence())
+	require.NoError(t, l.Release(ctx))
 }
