@@ -1,26 +1,60 @@
 -- acquire: take the lease of one resource if it is free, and draw its fence.
+-- (queue.lua is prepended.)
 --
 -- KEYS[1]  lease key  <prefix>{<resource>}:lease  string "<owner>:<fence>" with a TTL
 -- KEYS[2]  fence key  <prefix>{<resource>}:fence  integer counter, never expires
+-- KEYS[3]  queue key  <prefix>{<resource>}:queue  (see queue.lua)
+-- KEYS[4]  alive key  <prefix>{<resource>}:alive  (see queue.lua)
 -- ARGV[1]  owner token (random, unique per logical acquire)
 -- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter timeout in ms: when > 0 and the lease is busy, queue the
+--          owner (or refresh its place) for that long
+-- ARGV[4]  '1' for a fair acquire: a free lease goes to the first live waiter
+-- ARGV[5]  '1' if the owner may already be queued (not its first attempt)
 --
 -- Returns {1, fence} when the lease is ours: newly taken (the counter is
 -- incremented in the same step, so no lease ever exists without a fence), or
 -- already ours because an earlier attempt with the same owner succeeded and its
 -- reply was lost (then the TTL is reset and the same fence is returned: a retry
 -- never creates a second holder or burns a second fence).
--- Returns {0, pttl} when another owner holds the lease; pttl is the time it has
--- left in milliseconds (-1 if someone stored the key without a TTL).
-local cur = redis.call('GET', KEYS[1])
-local mine = ARGV[1] .. ':'
+-- Returns {0, pttl, first} when it is not: pttl is the time the holder's lease
+-- has left in ms (-1 if someone stored the key without a TTL, 0 if the lease
+-- is free but a fair acquire must let an earlier waiter go first); first is 1
+-- if the owner is now the first live waiter in the queue.
+local lease, owner = KEYS[1], ARGV[1]
+local mine = owner .. ':'
+local queued = ARGV[5] == '1'
+
+local function busy(pttl)
+  local timeout = tonumber(ARGV[3])
+  if timeout > 0 then
+    enqueue(KEYS[3], KEYS[4], owner, timeout)
+    queued = true
+  end
+  local head = 0
+  if queued and first(KEYS[3], KEYS[4]) == owner then
+    head = 1
+  end
+  return {0, pttl, head}
+end
+
+local cur = redis.call('GET', lease)
 if cur then
   if string.sub(cur, 1, #mine) == mine then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('PEXPIRE', lease, ARGV[2])
     return {1, tonumber(string.sub(cur, #mine + 1))}
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return busy(redis.call('PTTL', lease))
+end
+if ARGV[4] == '1' then
+  local head = first(KEYS[3], KEYS[4])
+  if head and head ~= owner then
+    return busy(0)
+  end
+end
+if queued and redis.call('ZREM', KEYS[3], owner) == 1 then
+  redis.call('HDEL', KEYS[4], owner)
 end
 local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], mine .. string.format('%d', fence), 'PX', ARGV[2])
+redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
 return {1, fence}

@@ -1,43 +1,29 @@
 package redlease
 
 import (
-	"context"
 	"math/rand/v2"
 	"time"
 )
 
-// Bounds of the retry backoff between acquire attempts.
+// Bounds of the backoff between attempts that failed on the network.
 const (
 	minBackoff = 2 * time.Millisecond
 	maxBackoff = 500 * time.Millisecond
 )
 
 // backoff yields exponentially growing delays with full jitter: each delay is
-// uniform in [0, ceiling), and the ceiling doubles from minBackoff up to
-// maxBackoff. Jitter keeps waiters from retrying in lockstep.
-type backoff struct{ n uint }
+// uniform in (0, ceiling], and the ceiling doubles from min up to max.
+// Jitter keeps waiters from retrying in lockstep.
+type backoff struct {
+	min, max time.Duration
+	n        uint
+}
 
 func (b *backoff) next() time.Duration {
-	ceiling := maxBackoff
-	if b.n < 16 {
-		ceiling = min(minBackoff<<b.n, maxBackoff)
+	ceiling := b.max
+	if b.n < 32 && b.min<<b.n < b.max {
+		ceiling = b.min << b.n
 	}
 	b.n++
 	return time.Duration(rand.Int64N(int64(ceiling))) + 1
-}
-
-// sleep waits for d or until ctx ends, whichever comes first, and returns
-// context.Cause(ctx) in the latter case.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return context.Cause(ctx)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
 }

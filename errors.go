@@ -22,6 +22,12 @@ var (
 	// and must not commit; only a fenced write is still safe.
 	ErrLeaseLost = errors.New("redlease: lease lost")
 
+	// ErrMaxHold is the context.Cause of a lease context that ended because
+	// the lease reached its maximum hold time (WithMaxHold). The watchdog
+	// stops renewing then, so unless released the lease expires in Redis at
+	// most one TTL later.
+	ErrMaxHold = errors.New("redlease: maximum hold time reached")
+
 	// ErrReleased is the context.Cause of a lease context that ended because
 	// Release was called, and the error of Refresh on a released lease.
 	ErrReleased = errors.New("redlease: lease released")
@@ -31,6 +37,10 @@ var (
 	// operation may or may not have taken effect. It is always joined with
 	// the network error that caused it.
 	ErrOutcomeUnknown = errors.New("redlease: outcome unknown")
+
+	// ErrClientClosed is returned by acquire calls on a Client after Close,
+	// including calls that were waiting when Close was called.
+	ErrClientClosed = errors.New("redlease: client closed")
 
 	// ErrInvalidArgument is returned, before any round trip to Redis, for
 	// input that cannot work: an empty resource, a nil client, a TTL below
@@ -46,9 +56,15 @@ type BusyError struct {
 	// answered, or -1 if the lease key has no expiry (it was not written by
 	// redlease; an operator must remove it).
 	Remaining time.Duration
+
+	first bool // the acquirer is the first live waiter in the queue
+	index int  // of Resource among the resources asked for
 }
 
 func (e *BusyError) Error() string {
+	if e.Remaining == 0 {
+		return fmt.Sprintf("redlease: %q is free but earlier waiters come first (fair lease)", e.Resource)
+	}
 	if e.Remaining < 0 {
 		return fmt.Sprintf("redlease: %q is held by another owner (lease key has no TTL)", e.Resource)
 	}

@@ -115,3 +115,65 @@ func ExampleLease_Fence() {
 	// B: <nil> balance 70
 	// A: stale fence 1, newest accepted is 2 balance 70
 }
+
+// Do runs a function under a lease and releases it on every path.
+func ExampleClient_Do() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := redlease.New(rdb)
+
+	err := locks.Do(context.Background(), "nightly-report", func(ctx context.Context, l *redlease.Lease) error {
+		fmt.Println("running with fence", l.Fence())
+		return nil
+	}, redlease.WithMaxWait(time.Second), redlease.WithMaxHold(time.Hour))
+	fmt.Println("err:", err)
+	// Output:
+	// running with fence 1
+	// err: <nil>
+}
+
+// AcquireAll takes several leases at once, or none, each with its own fence.
+func ExampleClient_AcquireAll() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+
+	leases, err := locks.AcquireAll(ctx, []string{"account:1", "account:2"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range leases {
+		fmt.Println(l.Resource(), l.Fence())
+		defer l.Release(ctx)
+	}
+	// Output:
+	// account:1 1
+	// account:2 1
+}
+
+// A singleton worker: campaign, lead until the term ends, resign.
+func ExampleElection() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	election := redlease.NewElection(redlease.New(rdb), "cron-runner", redlease.WithTTL(10*time.Second))
+
+	term, err := election.Campaign(ctx, "host-a") // waits until elected
+	if err != nil {
+		log.Fatal(err)
+	}
+	leader, _ := election.Leader(ctx)
+	fmt.Printf("leader %s, term fence %d\n", leader.Value, term.Fence())
+
+	// Lead: run jobs under term.Context(), which ends if leadership is lost;
+	// pass term.Fence() with every write. Then resign:
+	if err := term.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = election.Leader(ctx)
+	fmt.Println(err)
+	// Output:
+	// leader host-a, term fence 1
+	// redlease: no leader
+}

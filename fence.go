@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,11 +26,11 @@ import (
 // counter's value), or 0 if it was never acquired. It reads only; it is meant
 // for operators and tests.
 func (c *Client) LastFence(ctx context.Context, resource string, opts ...Option) (int64, error) {
-	cfg, err := c.leaseConfig(resource, opts)
+	cfg, err := c.leaseConfig([]string{resource}, opts)
 	if err != nil {
 		return 0, err
 	}
-	n, err := c.rdb.Get(ctx, cfg.fenceKey(resource)).Int64()
+	n, err := c.rdb.Get(ctx, cfg.key(resource, "fence")).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -36,4 +38,14 @@ func (c *Client) LastFence(ctx context.Context, resource string, opts ...Option)
 		return 0, fmt.Errorf("redlease: fence of %q: %w", resource, err)
 	}
 	return n, nil
+}
+
+// parseLease splits a lease value, "<owner>:<fence>".
+func parseLease(v string) (owner string, fence int64, ok bool) {
+	i := strings.LastIndexByte(v, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	fence, err := strconv.ParseInt(v[i+1:], 10, 64)
+	return v[:i], fence, err == nil
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,6 +20,11 @@ type Client struct {
 	cfg config
 	err error // set by New for a nil client; returned by every call
 	wd  watchdog
+	hub *hub
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{} // active leases, for Close
+	closed bool
 }
 
 // New returns a Client that takes leases through rdb, which may be a plain
@@ -31,12 +35,14 @@ type Client struct {
 // by the first acquire call. A nil rdb makes every call return
 // ErrInvalidArgument.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{rdb: rdb, cfg: defaultConfig()}
+	c := &Client{rdb: rdb, cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
 	c.cfg.apply(opts)
 	if isNil(rdb) {
 		c.err = invalidf("nil Redis client")
+		return c
 	}
 	c.wd.rdb = rdb
+	c.hub = newHub(rdb)
 	return c
 }
 
@@ -52,202 +58,78 @@ func isNil(v any) bool {
 	return false
 }
 
-// leaseConfig merges the Client's defaults with opts and validates them.
-func (c *Client) leaseConfig(resource string, opts []Option) (config, error) {
+// Close releases every lease of the Client that is still active, as Release
+// does (bounded by ctx and each lease's release timeout), ends the Client's
+// background goroutines (the watchdog and the wake-up subscriptions) and
+// waits for them. Acquire calls still waiting return ErrClientClosed, and so
+// does every acquire call after Close. It returns the errors of the
+// releases, joined. Close does not close the Redis client.
+func (c *Client) Close(ctx context.Context) error {
+	if c == nil || c.err != nil {
+		return nil
+	}
+	c.mu.Lock()
+	c.closed = true
+	leases := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range leases {
+		errs = append(errs, l.Release(ctx))
+	}
+	c.hub.close()
+	c.wd.goroutines.Wait()
+	return errors.Join(errs...)
+}
+
+// track adds or removes an active lease.
+func (c *Client) track(l *Lease, active bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if active {
+		c.leases[l] = struct{}{}
+	} else {
+		delete(c.leases, l)
+	}
+}
+
+// leaseConfig merges the Client's defaults with opts and validates them and
+// the resource names.
+func (c *Client) leaseConfig(resources []string, opts []Option) (config, error) {
 	if c == nil {
 		return config{}, invalidf("nil Client")
 	}
 	if c.err != nil {
 		return config{}, c.err
 	}
-	if resource == "" {
-		return config{}, invalidf("empty resource name")
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return config{}, ErrClientClosed
+	}
+	if len(resources) == 0 {
+		return config{}, invalidf("no resource")
+	}
+	for i, r := range resources {
+		if r == "" {
+			return config{}, invalidf("empty resource name")
+		}
+		if slices.Contains(resources[:i], r) {
+			return config{}, invalidf("resource %q named twice", r)
+		}
 	}
 	cfg := c.cfg
 	cfg.apply(opts)
 	if err := cfg.validate(); err != nil {
-		return config{}, fmt.Errorf("redlease: %q: %w", resource, err)
+		return config{}, fmt.Errorf("redlease: %q: %w", resources[0], err)
+	}
+	if cfg.fair && len(resources) > 1 {
+		return config{}, invalidf("WithFair does not apply to several resources at once")
 	}
 	return cfg, nil
-}
-
-// TryAcquire takes the lease of resource if it is free, without waiting.
-//
-// If another owner holds it, TryAcquire returns a *BusyError, which matches
-// ErrNotAcquired and says how long the holder's lease has left. If Redis did
-// not answer (the request may or may not have taken effect), TryAcquire
-// retries a few times with the same owner token, which the acquire script
-// recognises, so a retry never creates a second holder or draws a second
-// fence. If the outcome is still unknown, it releases by owner token (best
-// effort, bounded by the release timeout) and returns an error matching both
-// ErrNotAcquired and ErrOutcomeUnknown; the TTL removes a lease that the
-// release could not reach.
-//
-// The lease's context keeps the values of ctx but not its cancellation.
-func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, resource, opts, false)
-}
-
-// Acquire takes the lease of resource, waiting while another owner holds it,
-// until it is acquired or ctx ends. Between attempts it backs off
-// exponentially with full jitter, never sleeping past the moment the
-// holder's lease will expire. When ctx ends first, Acquire returns an error
-// that matches both ErrNotAcquired and ctx.Err(). Unknown outcomes are
-// resolved as in TryAcquire, retrying with the same owner token for as long
-// as ctx allows.
-func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	return c.acquire(ctx, resource, opts, true)
-}
-
-// maxUnknownRetries bounds how often TryAcquire repeats an acquire whose
-// outcome it could not learn.
-const maxUnknownRetries = 2
-
-func (c *Client) acquire(ctx context.Context, resource string, opts []Option, wait bool) (*Lease, error) {
-	cfg, err := c.leaseConfig(resource, opts)
-	if err != nil {
-		return nil, err
-	}
-	id, err := uuid.NewRandom()
-	if err != nil {
-		return nil, fmt.Errorf("redlease: owner token: %w", err)
-	}
-	owner := id.String()
-	keys := []string{cfg.leaseKey(resource), cfg.fenceKey(resource)}
-
-	var (
-		unknown error // the last error after which our lease may exist
-		bo      backoff
-	)
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, context.Cause(ctx))
-	}
-	for attempt := 0; ; attempt++ {
-		l, err := c.attempt(ctx, &cfg, resource, owner, keys)
-		if err == nil {
-			return l, nil
-		}
-		delay := bo.next()
-		var busy *BusyError
-		switch {
-		case errors.As(err, &busy):
-			unknown = nil // someone else holds it, so no attempt of ours does
-			if !wait {
-				return nil, err
-			}
-			if busy.Remaining >= 0 && delay > busy.Remaining {
-				delay = busy.Remaining
-			}
-		case errors.Is(err, ErrNotAcquired) || !mayHaveReached(err):
-			// Known not taken: the server refused the request, it could not be
-			// sent, or the reply came too late and the lease was given up.
-			// Waiting callers ride out an outage.
-			if !wait || isServerError(err) {
-				return nil, notAcquired(resource, err)
-			}
-		default:
-			unknown = err
-			if !wait && attempt >= maxUnknownRetries {
-				c.abandon(ctx, &cfg, resource, owner)
-				return nil, notAcquired(resource, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
-			}
-		}
-		if err := sleep(ctx, delay); err != nil {
-			if unknown != nil {
-				c.abandon(ctx, &cfg, resource, owner)
-				return nil, notAcquired(resource, fmt.Errorf("%w: %w: %w", err, ErrOutcomeUnknown, unknown))
-			}
-			return nil, notAcquired(resource, err)
-		}
-	}
-}
-
-func notAcquired(resource string, err error) error {
-	if errors.Is(err, ErrNotAcquired) {
-		return err
-	}
-	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
-}
-
-// attempt runs the acquire script once.
-func (c *Client) attempt(ctx context.Context, cfg *config, resource, owner string, keys []string) (*Lease, error) {
-	sent := time.Now()
-	res, err := acquireScript.Run(ctx, c.rdb, keys, owner, cfg.ttl.Milliseconds()).Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(res) != 2 {
-		return nil, fmt.Errorf("redlease: acquire script replied %v", res)
-	}
-	if res[0] == 0 {
-		remaining := time.Duration(res[1]) * time.Millisecond
-		if res[1] < 0 {
-			remaining = -1
-		}
-		return nil, &BusyError{Resource: resource, Remaining: remaining}
-	}
-	l := &Lease{
-		c:        c,
-		resource: resource,
-		key:      keys[0],
-		owner:    owner,
-		fence:    res[1],
-		ttlMS:    cfg.ttl.Milliseconds(),
-		lifetime: cfg.lifetime(),
-		interval: cfg.interval(),
-		relTO:    cfg.releaseTimeout,
-		index:    -1,
-	}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	if !l.start(sent) {
-		// The reply came so late that the lease could expire any moment: never
-		// hand out a lease whose local deadline has already passed.
-		c.abandon(ctx, cfg, resource, owner)
-		return nil, fmt.Errorf("%w: %q: the reply arrived after the lease's local deadline", ErrNotAcquired, resource)
-	}
-	if cfg.autoRenew {
-		c.wd.schedule(l, sent.Add(l.interval))
-	}
-	return l, nil
-}
-
-// abandon releases by owner token a lease that may exist but will not be
-// handed out, detached from ctx and bounded by the release timeout. It is best
-// effort: the TTL removes the lease if this release cannot reach Redis.
-func (c *Client) abandon(ctx context.Context, cfg *config, resource, owner string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
-	defer cancel()
-	_ = releaseScript.Run(rctx, c.rdb, []string{cfg.leaseKey(resource)}, owner).Err()
-}
-
-func (c *config) leaseKey(resource string) string { return c.prefix + "{" + resource + "}:lease" }
-func (c *config) fenceKey(resource string) string { return c.prefix + "{" + resource + "}:fence" }
-
-// mayHaveReached reports whether a failed request may have been executed by
-// Redis: everything except a Redis error reply (the server answered) and
-// failures that happen before anything is written to the connection.
-func mayHaveReached(err error) bool {
-	if isServerError(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return true
-}
-
-func isServerError(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
-
-// requestError describes a failed renew or release request.
-func requestError(op, resource string, err error) error {
-	if mayHaveReached(err) {
-		return fmt.Errorf("redlease: %s %q: %w: %w", op, resource, ErrOutcomeUnknown, err)
-	}
-	return fmt.Errorf("redlease: %s %q: %w", op, resource, err)
 }
 
 type leaseState uint8
@@ -263,6 +145,7 @@ const (
 // use. A Lease must not be copied.
 type Lease struct {
 	c        *Client
+	cfg      config
 	resource string
 	key      string
 	owner    string
@@ -270,14 +153,14 @@ type Lease struct {
 	ttlMS    int64
 	lifetime time.Duration
 	interval time.Duration
-	relTO    time.Duration
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 
-	mu       sync.Mutex
-	state    leaseState
-	deadline time.Time // local deadline, with a monotonic reading
-	timer    *time.Timer
+	mu        sync.Mutex
+	state     leaseState
+	deadline  time.Time // local deadline, with a monotonic reading
+	holdUntil time.Time // WithMaxHold's limit; zero if none
+	timer     *time.Timer
 
 	// Guarded by c.wd.mu.
 	renewAt time.Time
@@ -347,12 +230,41 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
+// newLease returns an active lease whose acquire request was just answered.
+func (c *Client) newLease(ctx context.Context, cfg *config, resource, key, owner string, fence int64) *Lease {
+	l := &Lease{
+		c:        c,
+		cfg:      *cfg,
+		resource: resource,
+		key:      key,
+		owner:    owner,
+		fence:    fence,
+		ttlMS:    cfg.ttl.Milliseconds(),
+		lifetime: cfg.lifetime(),
+		interval: cfg.interval(),
+		index:    -1,
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	c.track(l, true)
+	return l
+}
+
+// lapse ends the lease locally, as if its local deadline had passed.
+func (l *Lease) lapse() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(stateLapsed, l.lapseCause())
+}
+
 // start sets the first local deadline from the send time of the acquire
 // request. It reports false if that deadline has already passed.
 func (l *Lease) start(sent time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.deadline = sent.Add(l.lifetime)
+	if l.cfg.maxHold > 0 {
+		l.holdUntil = sent.Add(l.cfg.maxHold)
+	}
+	l.deadline = l.capLocked(sent.Add(l.lifetime))
 	left := time.Until(l.deadline)
 	if left <= 0 {
 		l.endLocked(stateLapsed, l.lapseCause())
@@ -376,7 +288,24 @@ func (l *Lease) onDeadline() {
 	l.endLocked(stateLapsed, l.lapseCause())
 }
 
+// capLocked limits a deadline to the maximum hold.
+func (l *Lease) capLocked(d time.Time) time.Time {
+	if !l.holdUntil.IsZero() && d.After(l.holdUntil) {
+		return l.holdUntil
+	}
+	return d
+}
+
+// renewsUntil reports whether the watchdog should renew the lease at at: not
+// at or after its maximum hold.
+func (l *Lease) renewsUntil(at time.Time) bool {
+	return l.holdUntil.IsZero() || at.Before(l.holdUntil)
+}
+
 func (l *Lease) lapseCause() error {
+	if !l.holdUntil.IsZero() && !l.deadline.Before(l.holdUntil) {
+		return fmt.Errorf("%w: %q held for %v", ErrMaxHold, l.resource, l.cfg.maxHold)
+	}
 	return fmt.Errorf("%w: %q: no renewal confirmed before the local deadline", ErrLeaseLost, l.resource)
 }
 
@@ -391,6 +320,7 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 	}
 	l.cancel(cause)
 	l.c.wd.unschedule(l)
+	l.c.track(l, false)
 }
 
 // errorLocked is the error of an operation on a lease that has ended.
@@ -423,7 +353,7 @@ func (l *Lease) renewed(sent time.Time, ok bool, err error) error {
 		l.endLocked(stateLost, fmt.Errorf("%w: %q expired or was taken by another owner", ErrLeaseLost, l.resource))
 		return l.errorLocked()
 	}
-	if d := sent.Add(l.lifetime); d.After(l.deadline) {
+	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
 		l.deadline = d
 		l.timer.Reset(time.Until(d)) // fires at once if d already passed
 	}
@@ -489,14 +419,14 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.endLocked(stateReleased, ErrReleased)
 	l.mu.Unlock()
 
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.relTO)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
 	defer cancel()
-	n, err := releaseScript.Run(rctx, l.c.rdb, []string{l.key}, l.owner).Int64()
+	deleted, err := l.c.release(rctx, &l.cfg, l.resource, l.key, l.owner)
 	if err != nil {
 		return requestError("release", l.resource, err)
 	}
 	l.relDone = true
-	if n == 0 {
+	if !deleted {
 		l.relErr = fmt.Errorf("%w: %q had expired or was taken by another owner before release", ErrLeaseLost, l.resource)
 	}
 	return l.relErr

@@ -30,6 +30,9 @@ type config struct {
 	safetyMargin   time.Duration
 	marginSet      bool // false: ttl/10
 	releaseTimeout time.Duration
+	maxWait        time.Duration // 0: until ctx ends
+	maxHold        time.Duration // 0: no limit
+	fair           bool
 }
 
 func defaultConfig() config {
@@ -80,6 +83,27 @@ func WithSafetyMargin(d time.Duration) Option {
 // DefaultReleaseTimeout (5 s).
 func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
 
+// WithMaxWait bounds how long Acquire waits for a busy lease; then it
+// returns an error matching ErrNotAcquired and context.DeadlineExceeded.
+// Default 0: until the context ends. TryAcquire never waits.
+func WithMaxWait(d time.Duration) Option { return func(c *config) { c.maxWait = d } }
+
+// WithMaxHold bounds how long a lease is held in total: the watchdog stops
+// renewing, and the lease context ends with cause ErrMaxHold, d after the
+// acquire request was sent. A holder that is alive but stuck cannot keep the
+// resource forever; unless it releases, the lease expires in Redis at most one
+// TTL after d. Default 0: no limit.
+func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
+
+// WithFair makes Acquire hand the lease to waiters in arrival order: a free
+// lease goes to the first live waiter in the resource's queue, and TryAcquire
+// fails while anyone is queued. Fairness holds only among acquirers that all
+// use WithFair; others still take a free lease at once. A waiter that
+// vanishes without leaving (a crashed process) holds up the queue for at most
+// 3 s. Default off: a free lease goes to whoever asks first, and release
+// still wakes only the first waiter.
+func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
+
 func (c *config) apply(opts []Option) {
 	for _, o := range opts {
 		if o != nil {
@@ -127,6 +151,10 @@ func (c *config) validate() error {
 			c.interval(), c.lifetime(), c.ttl)
 	case c.releaseTimeout <= 0:
 		return invalidf("release timeout %v is not positive", c.releaseTimeout)
+	case c.maxWait < 0:
+		return invalidf("max wait %v is negative", c.maxWait)
+	case c.maxHold < 0:
+		return invalidf("max hold %v is negative", c.maxHold)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ const (
 type faults struct {
 	delay     time.Duration
 	blackhole bool
-	drop      bool // close the connection instead of forwarding
+	drop      int // close the connection instead of forwarding, this many times
 }
 
 // startProxy starts a proxy to target on a free loopback port; it is closed
@@ -67,10 +67,12 @@ func (p *faultProxy) Blackhole() {
 	p.set(func() { p.faults[toServer].blackhole, p.faults[toClient].blackhole = true, true })
 }
 
-// DropReplies makes the proxy close a connection, instead of forwarding, when
-// a reply arrives on it: the request was delivered, its reply is lost.
-func (p *faultProxy) DropReplies(on bool) {
-	p.set(func() { p.faults[toClient].drop = on })
+// DropReplies makes the proxy close a connection, instead of forwarding,
+// when one of the next n replies arrives on it: the request was delivered,
+// its reply is lost. (A new connection's handshake replies count too, so warm
+// the client's connections first.)
+func (p *faultProxy) DropReplies(n int) {
+	p.set(func() { p.faults[toClient].drop = n })
 }
 
 // Heal ends every fault; held traffic flows again.
@@ -155,8 +157,11 @@ func (p *faultProxy) pump(src, dst net.Conn, d direction) {
 				p.cond.Wait()
 			}
 			f, closed := p.faults[d], p.closed
+			if f.drop > 0 {
+				p.faults[d].drop--
+			}
 			p.mu.Unlock()
-			if closed || f.drop {
+			if closed || f.drop > 0 {
 				return
 			}
 			if f.delay > 0 {

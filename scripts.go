@@ -11,9 +11,16 @@ import (
 // a restart or SCRIPT FLUSH). Each script's header states its keys, arguments
 // and reply.
 var (
+	//go:embed queue.lua
+	queueSrc string
+
 	//go:embed acquire.lua
 	acquireSrc    string
-	acquireScript = redis.NewScript(acquireSrc)
+	acquireScript = redis.NewScript(queueSrc + acquireSrc)
+
+	//go:embed acquire_all.lua
+	acquireAllSrc    string
+	acquireAllScript = redis.NewScript(queueSrc + acquireAllSrc)
 
 	//go:embed refresh.lua
 	refreshSrc    string
@@ -21,5 +28,5 @@ var (
 
 	//go:embed release.lua
 	releaseSrc    string
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = redis.NewScript(queueSrc + releaseSrc)
 )

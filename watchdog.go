@@ -29,6 +29,8 @@ type watchdog struct {
 	inflight int  // batches being sent
 	running  bool // the loop goroutine exists
 	wake     chan struct{}
+
+	goroutines sync.WaitGroup // the loop and the batches; see Client.Close
 }
 
 const (
@@ -72,6 +74,7 @@ func (w *watchdog) startLocked() {
 	}
 	if !w.running {
 		w.running = true
+		w.goroutines.Add(1)
 		go w.loop()
 	} else {
 		w.signalLocked()
@@ -86,6 +89,7 @@ func (w *watchdog) signalLocked() {
 }
 
 func (w *watchdog) loop() {
+	defer w.goroutines.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -117,6 +121,7 @@ func (w *watchdog) loop() {
 		w.mu.Unlock()
 
 		if len(batch) > 0 {
+			w.goroutines.Add(1)
 			go w.renew(batch)
 			continue
 		}
@@ -136,6 +141,7 @@ func (w *watchdog) loop() {
 // active: after its interval when renewed, after a short pause when the
 // request failed (until its local deadline ends it).
 func (w *watchdog) renew(batch []*Lease) {
+	defer w.goroutines.Done()
 	live := batch[:0]
 	for _, l := range batch {
 		if l.active() { // no renewal for a lease that has ended
@@ -151,7 +157,9 @@ func (w *watchdog) renew(batch []*Lease) {
 	var again []requeue
 	for i, l := range live {
 		if l.renewed(sent, oks[i], errs[i]) == nil {
-			again = append(again, requeue{l, sent.Add(l.interval)})
+			if next := sent.Add(l.interval); l.renewsUntil(next) {
+				again = append(again, requeue{l, next})
+			}
 		} else if errs[i] != nil { // request failed: try again while time is left
 			at := time.Now().Add(max(l.interval/4, time.Millisecond))
 			if at.Before(l.Deadline()) {

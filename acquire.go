@@ -1,0 +1,384 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// TryAcquire takes the lease of resource if it is free, without waiting.
+//
+// If another owner holds it, TryAcquire returns a *BusyError, which matches
+// ErrNotAcquired and says how long the holder's lease has left. If Redis did
+// not answer (the request may or may not have taken effect), TryAcquire
+// retries a few times with the same owner token, which the acquire script
+// recognises, so a retry never creates a second holder or draws a second
+// fence. If the outcome is still unknown, it releases by owner token (best
+// effort, bounded by the release timeout) and returns an error matching both
+// ErrNotAcquired and ErrOutcomeUnknown; the TTL removes a lease that the
+// release could not reach.
+//
+// The lease's context keeps the values of ctx but not its cancellation.
+func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
+	ls, err := c.acquire(ctx, []string{resource}, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+// Acquire takes the lease of resource, waiting while another owner holds it,
+// until it is acquired, ctx ends, or the wait limit (WithMaxWait) passes.
+//
+// A waiter does not poll. It queues itself in Redis and sleeps until the
+// holder's Release wakes it (release wakes one waiter, the first in the
+// queue, not all of them), until the holder's lease would expire, or until a
+// backoff timer with full jitter (25 ms growing to 1 s) fires, which bounds
+// the cost of a lost wake-up. Without WithFair, a free lease goes to whoever
+// asks first, queued or not; with it, to the waiters in arrival order.
+//
+// When ctx ends first, Acquire leaves the queue and returns an error that
+// matches both ErrNotAcquired and ctx.Err(). Unknown outcomes are resolved
+// as in TryAcquire, retrying with the same owner token for as long as ctx
+// allows.
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
+	ls, err := c.acquire(ctx, []string{resource}, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+// AcquireAll takes the leases of several resources, all or none, waiting as
+// Acquire does. It returns them in the order of resources; each lease has its
+// own fence, context and renewals, and is released on its own.
+//
+// When all keys share a Redis Cluster hash slot (always, without Cluster),
+// one script takes every lease or none, in one round trip. Otherwise it
+// takes them one by one in sorted order, so that two calls never wait for
+// each other in a cycle, and releases those it took if one cannot be had.
+// A resource named twice, and WithFair, are invalid here.
+func (c *Client) AcquireAll(ctx context.Context, resources []string, opts ...Option) ([]*Lease, error) {
+	return c.acquire(ctx, resources, opts, true)
+}
+
+// TryAcquireAll is AcquireAll without waiting: if any resource is held, it
+// takes none and returns a *BusyError naming it.
+func (c *Client) TryAcquireAll(ctx context.Context, resources []string, opts ...Option) ([]*Lease, error) {
+	return c.acquire(ctx, resources, opts, false)
+}
+
+// maxUnknownRetries bounds how often TryAcquire repeats an acquire whose
+// outcome it could not learn.
+const maxUnknownRetries = 2
+
+// acquisition is one acquire call: its resources, their keys and one owner
+// token used for every attempt.
+type acquisition struct {
+	c         *Client
+	cfg       config
+	resources []string
+	owner     string
+	keys      []string // lease, fence, queue and alive key of each resource
+	wait      bool
+	queued    bool // an attempt may have put the owner in a queue
+}
+
+func (c *Client) acquire(ctx context.Context, resources []string, opts []Option, wait bool) ([]*Lease, error) {
+	cfg, err := c.leaseConfig(resources, opts)
+	if err != nil {
+		return nil, err
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("redlease: owner token: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, notAcquired(resources[0], context.Cause(ctx))
+	}
+	if wait && cfg.maxWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
+		defer cancel()
+	}
+	a := &acquisition{c: c, cfg: cfg, resources: resources, owner: id.String(), wait: wait,
+		keys: make([]string, 0, 4*len(resources))}
+	for _, r := range resources {
+		a.keys = append(a.keys, cfg.key(r, "lease"), cfg.key(r, "fence"), cfg.key(r, "queue"), cfg.key(r, "alive"))
+	}
+	var leases []*Lease
+	if wait {
+		leases, err = a.waitFor(ctx)
+	} else {
+		leases, err = a.try(ctx)
+	}
+	if len(resources) > 1 && redis.HasErrorPrefix(err, "CROSSSLOT") {
+		return c.acquireInOrder(ctx, resources, opts, wait)
+	}
+	return leases, err
+}
+
+// acquireInOrder takes leases one by one, in sorted order of their names.
+func (c *Client) acquireInOrder(ctx context.Context, resources []string, opts []Option, wait bool) ([]*Lease, error) {
+	order := make([]int, len(resources))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int { return strings.Compare(resources[i], resources[j]) })
+	leases := make([]*Lease, len(resources))
+	for _, i := range order {
+		ls, err := c.acquire(ctx, resources[i:i+1], opts, wait)
+		if err != nil {
+			for _, l := range leases {
+				if l != nil {
+					_ = l.Release(ctx)
+				}
+			}
+			return nil, err
+		}
+		leases[i] = ls[0]
+	}
+	return leases, nil
+}
+
+// try makes one attempt, repeated only while its outcome is unknown.
+func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
+	bo := backoff{min: minBackoff, max: maxBackoff}
+	for attempt := 0; ; attempt++ {
+		ls, err := a.attempt(ctx)
+		if err == nil || errors.Is(err, ErrNotAcquired) {
+			return ls, err
+		}
+		if !mayHaveReached(err) {
+			return nil, notAcquired(a.resources[0], err)
+		}
+		if attempt >= maxUnknownRetries {
+			return nil, a.giveUp(ctx, nil, err)
+		}
+		if serr := a.c.hub.sleep(ctx, nil, bo.next()); serr != nil {
+			return nil, a.giveUp(ctx, serr, err)
+		}
+	}
+}
+
+// waitFor attempts until the leases are ours or ctx ends.
+func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
+	wake := make(chan struct{}, 1)
+	waiters := make([]*waiter, len(a.resources))
+	for i, r := range a.resources {
+		waiters[i] = a.c.hub.join(a.cfg.key(r, "wake"), a.owner, wake)
+		defer waiters[i].leave()
+	}
+	retry := backoff{min: minBackoff, max: maxBackoff}        // after errors
+	poll := backoff{min: waitBackoffMin, max: waitBackoffMax} // between wake-ups
+	var unknown error                                         // the last error after which our lease may exist
+	for {
+		ls, err := a.attempt(ctx)
+		if err == nil {
+			return ls, nil
+		}
+		var (
+			busy  *BusyError
+			delay time.Duration
+		)
+		switch {
+		case errors.As(err, &busy):
+			unknown = nil // someone else holds it, so no attempt of ours does
+			if w := waiters[busy.index]; !w.subscribed() && w.subscribe(ctx) {
+				continue // at once: the lease may have been freed before the subscription
+			}
+			delay = poll.next()
+			if busy.first && busy.Remaining >= 0 {
+				delay = min(delay, busy.Remaining+time.Millisecond)
+			}
+		case errors.Is(err, ErrNotAcquired) || !mayHaveReached(err):
+			// Known not taken: the reply came too late and the lease was
+			// given up, or the request could not be sent. A waiting caller
+			// rides out an outage; a refused request is final.
+			if isServerError(err) {
+				return nil, a.giveUp(ctx, err, nil)
+			}
+			delay = retry.next()
+		default:
+			unknown = err
+			delay = retry.next()
+		}
+		if serr := a.c.hub.sleep(ctx, wake, delay); serr != nil {
+			return nil, a.giveUp(ctx, serr, unknown)
+		}
+	}
+}
+
+// giveUp ends an acquisition that will not return leases: it leaves the
+// queues and releases any lease that an attempt of unknown outcome may have
+// taken. cause is why it stops (nil when retries ran out); unknown, if not
+// nil, the error that left an attempt's outcome unknown.
+func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
+	if a.queued || unknown != nil {
+		a.leave(ctx)
+	}
+	switch {
+	case unknown == nil:
+		return notAcquired(a.resources[0], cause)
+	case cause == nil:
+		return notAcquired(a.resources[0], fmt.Errorf("%w: %w", ErrOutcomeUnknown, unknown))
+	}
+	return notAcquired(a.resources[0], fmt.Errorf("%w: %w: %w", cause, ErrOutcomeUnknown, unknown))
+}
+
+// leave runs the release script for the owner token on every resource,
+// detached from ctx and bounded by the release timeout: it deletes a lease
+// the owner may hold and takes it out of the queue, waking the next waiter
+// if the lease is free. It is best effort: the lease's TTL and the waiter
+// timeout clean up after it.
+func (a *acquisition) leave(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.releaseTimeout)
+	defer cancel()
+	for i, r := range a.resources {
+		_, _ = a.c.release(rctx, &a.cfg, r, a.keys[4*i], a.owner)
+	}
+}
+
+func notAcquired(resource string, err error) error {
+	if errors.Is(err, ErrNotAcquired) {
+		return err
+	}
+	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
+}
+
+// release runs the release script: compare-and-delete, leave the queue, wake
+// the next waiter.
+func (c *Client) release(ctx context.Context, cfg *config, resource, leaseKey, owner string) (bool, error) {
+	keys := []string{leaseKey, cfg.key(resource, "queue"), cfg.key(resource, "alive"), cfg.key(resource, "released")}
+	n, err := releaseScript.Run(ctx, c.rdb, keys, owner, cfg.key(resource, "wake"), c.hub.shardedArg(),
+		cfg.ttl.Milliseconds()).Int64()
+	return n == 1, err
+}
+
+// attempt runs the acquire script once.
+func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
+	cfg := &a.cfg
+	var timeout int64
+	if a.wait {
+		timeout = waiterTimeout.Milliseconds()
+	}
+	sent := time.Now()
+	var cmd *redis.Cmd
+	if len(a.resources) == 1 {
+		cmd = acquireScript.Run(ctx, a.c.rdb, a.keys, a.owner, cfg.ttl.Milliseconds(), timeout,
+			flag(cfg.fair), flag(a.queued))
+	} else {
+		cmd = acquireAllScript.Run(ctx, a.c.rdb, a.keys, a.owner, cfg.ttl.Milliseconds(), timeout, flag(a.queued))
+	}
+	res, err := cmd.Int64Slice()
+	if a.wait && (err == nil || mayHaveReached(err)) {
+		a.queued = true // the script ran, or may have
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(res) < 2 {
+		return nil, fmt.Errorf("redlease: acquire script replied %v", res)
+	}
+	if res[0] == 0 {
+		busy := &BusyError{Remaining: time.Duration(res[1]) * time.Millisecond}
+		if res[1] < 0 {
+			busy.Remaining = -1
+		}
+		busy.first = len(res) > 2 && res[2] == 1
+		if len(res) > 3 && res[3] >= 1 && int(res[3]) <= len(a.resources) {
+			busy.index = int(res[3]) - 1
+		}
+		busy.Resource = a.resources[busy.index]
+		return nil, busy
+	}
+	if len(res) != len(a.resources)+1 {
+		return nil, fmt.Errorf("redlease: acquire script replied %v", res)
+	}
+	leases := make([]*Lease, len(a.resources))
+	for i, r := range a.resources {
+		l := a.c.newLease(ctx, cfg, r, a.keys[4*i], a.owner, res[i+1])
+		if !l.start(sent) {
+			// The reply came so late that the leases could expire any moment:
+			// never hand out a lease whose local deadline has already passed.
+			for _, started := range leases[:i] {
+				started.lapse()
+			}
+			a.leave(ctx)
+			return nil, fmt.Errorf("%w: %q: the reply arrived after the lease's local deadline", ErrNotAcquired, r)
+		}
+		leases[i] = l
+	}
+	for _, l := range leases {
+		if next := sent.Add(l.interval); cfg.autoRenew && l.renewsUntil(next) {
+			a.c.wd.schedule(l, next)
+		}
+	}
+	return leases, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// key names one of resource's keys, <prefix>{<resource>}:<kind>. The braces
+// put all of them in one Redis Cluster hash slot.
+func (c *config) key(resource, kind string) string {
+	return c.prefix + "{" + resource + "}:" + kind
+}
+
+// mayHaveReached reports whether a failed request may have been executed by
+// Redis: everything except a Redis error reply (the server answered) and
+// failures that happen before anything is written to the connection.
+func mayHaveReached(err error) bool {
+	if isServerError(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return true
+}
+
+func isServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// requestError describes a failed renew or release request.
+func requestError(op, resource string, err error) error {
+	if mayHaveReached(err) {
+		return fmt.Errorf("redlease: %s %q: %w: %w", op, resource, ErrOutcomeUnknown, err)
+	}
+	return fmt.Errorf("redlease: %s %q: %w", op, resource, err)
+}
+
+// Do acquires the lease of resource (waiting as Acquire does), runs fn with
+// the lease's context, and releases the lease on every path out of fn,
+// panics included. It returns fn's error joined with the release error, so a
+// lease that was lost while fn ran shows as ErrLeaseLost even when fn
+// succeeded. fn should stop when its context ends.
+func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Context, l *Lease) error, opts ...Option) (err error) {
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	l, err := c.Acquire(ctx, resource, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, l.Release(ctx))
+	}()
+	return fn(l.Context(), l)
+}

@@ -1,0 +1,52 @@
+-- acquire_all: take the leases of several resources at once, all or none.
+-- (queue.lua is prepended.) All keys must be in one Redis Cluster hash slot;
+-- otherwise Redis refuses the script with CROSSSLOT and the client takes the
+-- leases one by one in a global order instead.
+--
+-- KEYS[4i-3..4i]  for the i-th resource: lease, fence, queue and alive keys,
+--                 as in acquire.lua
+-- ARGV[1]  owner token, shared by the leases of this set
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  waiter timeout in ms: when > 0, queue the owner on a busy resource
+-- ARGV[4]  '1' if the owner may already be queued somewhere in the set
+--
+-- Returns {1, fence1, fence2, ...} when every lease is ours (newly taken, or
+-- already ours from an attempt whose reply was lost), each fence drawn from
+-- its own resource's counter; or {0, pttl, first, i} when resource i is held
+-- by another owner (nothing is taken then), as in acquire.lua.
+local owner = ARGV[1]
+local mine = owner .. ':'
+local n = #KEYS / 4
+for i = 1, n do
+  local cur = redis.call('GET', KEYS[4 * i - 3])
+  if cur and string.sub(cur, 1, #mine) ~= mine then
+    local queue, alive = KEYS[4 * i - 1], KEYS[4 * i]
+    local timeout = tonumber(ARGV[3])
+    if timeout > 0 then
+      enqueue(queue, alive, owner, timeout)
+    end
+    local head = 0
+    if timeout > 0 and first(queue, alive) == owner then
+      head = 1
+    end
+    return {0, redis.call('PTTL', KEYS[4 * i - 3]), head, i}
+  end
+end
+local out = {1}
+for i = 1, n do
+  local lease = KEYS[4 * i - 3]
+  local cur = redis.call('GET', lease)
+  local fence
+  if cur then
+    redis.call('PEXPIRE', lease, ARGV[2])
+    fence = tonumber(string.sub(cur, #mine + 1))
+  else
+    fence = redis.call('INCR', KEYS[4 * i - 2])
+    redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
+  end
+  if ARGV[4] == '1' and redis.call('ZREM', KEYS[4 * i - 1], owner) == 1 then
+    redis.call('HDEL', KEYS[4 * i], owner)
+  end
+  out[i + 1] = fence
+end
+return out

@@ -1,0 +1,346 @@
+package redlease
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting for a busy lease.
+//
+// A waiter queues itself in Redis (see queue.lua) and sleeps. Release wakes
+// the first live waiter only, by publishing its owner token on the
+// resource's wake channel, <prefix>{R}:wake. The waiters of one Client share
+// one subscription connection (one per master node on Redis Cluster, where
+// the channel is a shard channel of the resource's slot), and the hub below
+// hands each message to the one waiter it names. So a release costs one
+// message and one acquire attempt, however many wait.
+//
+// Expiry publishes nothing, and messages can be lost (a reconnecting
+// subscription, a waiter that died at the head of the queue); so each waiter
+// also wakes on a timer: the first waiter when the holder's reported TTL runs
+// out, every waiter at least after a backoff with full jitter. Every attempt
+// refreshes the waiter's place in the queue; a waiter that stops trying is
+// dropped from it after waiterTimeout.
+
+// Timing of waiters.
+const (
+	waitBackoffMin = 25 * time.Millisecond
+	waitBackoffMax = time.Second
+	waiterTimeout  = 3 * waitBackoffMax // > the longest sleep between attempts
+	// subscribeWait bounds how long a new subscription may take to be
+	// confirmed before the waiter goes on without it (on its timers).
+	subscribeWait = time.Second
+	// linger keeps an idle channel subscribed for a while, so a resource
+	// waited on again and again is not subscribed again and again.
+	linger = 500 * time.Millisecond
+)
+
+// hub multiplexes the wake channels of one Client's waiters.
+type hub struct {
+	rdb     redis.UniversalClient
+	sharded bool // Redis Cluster: SSUBSCRIBE, one connection per master
+
+	mu     sync.Mutex
+	subs   map[string]*subscription // by node address ("" without Cluster)
+	chans  map[string]*wakeChannel
+	closed chan struct{}  // closed by close: waiters stop
+	recv   sync.WaitGroup // the receive goroutines
+}
+
+type subscription struct {
+	ps    *redis.PubSub
+	count int // channels subscribed through it
+}
+
+type wakeChannel struct {
+	sub     *subscription // nil while not subscribed
+	ready   chan struct{} // closed when Redis confirmed the subscription
+	waiters map[string]chan struct{}
+	idle    *time.Timer // runs while no one waits: unsubscribes
+}
+
+// waiter is one Acquire call's registration with the hub for one resource.
+type waiter struct {
+	h       *hub
+	channel string
+	owner   string
+}
+
+func newHub(rdb redis.UniversalClient) *hub {
+	_, sharded := rdb.(*redis.ClusterClient)
+	return &hub{rdb: rdb, sharded: sharded, subs: map[string]*subscription{}, chans: map[string]*wakeChannel{},
+		closed: make(chan struct{})}
+}
+
+// close ends every subscription and waits for the receive goroutines; the
+// waiters of Acquire calls still running stop with ErrClientClosed.
+func (h *hub) close() {
+	h.mu.Lock()
+	select {
+	case <-h.closed:
+	default:
+		close(h.closed)
+	}
+	for _, sub := range h.subs {
+		_ = sub.ps.Close()
+	}
+	h.subs = map[string]*subscription{}
+	for _, ch := range h.chans {
+		ch.sub = nil
+		if ch.idle != nil {
+			ch.idle.Stop()
+		}
+	}
+	h.mu.Unlock()
+	h.recv.Wait()
+}
+
+// join registers owner as a waiter on channel: a message naming owner is
+// signalled on wake. It does no I/O: messages arrive once the channel is
+// subscribed (see subscribe).
+func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.chans[channel]
+	if ch == nil {
+		ch = &wakeChannel{waiters: map[string]chan struct{}{}}
+		h.chans[channel] = ch
+	}
+	if ch.idle != nil {
+		ch.idle.Stop()
+		ch.idle = nil
+	}
+	ch.waiters[owner] = wake
+	return &waiter{h: h, channel: channel, owner: owner}
+}
+
+// leave unregisters the waiter. The channel stays subscribed for linger.
+func (w *waiter) leave() {
+	h := w.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.chans[w.channel]
+	delete(ch.waiters, w.owner)
+	if len(ch.waiters) > 0 {
+		return
+	}
+	if ch.sub == nil {
+		delete(h.chans, w.channel)
+		return
+	}
+	ch.idle = time.AfterFunc(linger, func() { h.dropIdle(w.channel, ch) })
+}
+
+// subscribed reports whether the waiter's channel is subscribed (or being
+// subscribed).
+func (w *waiter) subscribed() bool {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.h.chans[w.channel].sub != nil
+}
+
+// subscribe subscribes the waiter's channel if it is not, and waits up to
+// subscribeWait (or until ctx ends) for Redis to confirm. It reports whether
+// the subscription is confirmed. A failure only costs latency: the waiter's
+// timers still run.
+func (w *waiter) subscribe(ctx context.Context) bool {
+	h := w.h
+	h.mu.Lock()
+	ch := h.chans[w.channel]
+	if ch.sub != nil {
+		ready := ch.ready
+		h.mu.Unlock()
+		return waitReady(ctx, ready)
+	}
+	select {
+	case <-h.closed:
+		h.mu.Unlock()
+		return false
+	default:
+	}
+	ch.ready = make(chan struct{})
+	ready := ch.ready
+	sub, err := h.subscriptionLocked(ctx, w.channel)
+	if err != nil {
+		h.mu.Unlock()
+		return false
+	}
+	ch.sub = sub
+	sub.count++
+	h.mu.Unlock()
+
+	// Sent outside h.mu: the connection may be slow. go-redis remembers the
+	// channel and subscribes again after a reconnect.
+	if h.sharded {
+		err = sub.ps.SSubscribe(ctx, w.channel)
+	} else {
+		err = sub.ps.Subscribe(ctx, w.channel)
+	}
+	if err != nil {
+		return false
+	}
+	return waitReady(ctx, ready)
+}
+
+func waitReady(ctx context.Context, ready chan struct{}) bool {
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// subscriptionLocked returns the subscription connection that serves
+// channel, opening it if needed.
+func (h *hub) subscriptionLocked(ctx context.Context, channel string) (*subscription, error) {
+	node := ""
+	conn := h.rdb
+	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			return nil, err
+		}
+		node, conn = master.Options().Addr, master
+	}
+	if sub := h.subs[node]; sub != nil {
+		return sub, nil
+	}
+	var ps *redis.PubSub
+	if h.sharded {
+		ps = conn.SSubscribe(ctx)
+	} else {
+		ps = conn.Subscribe(ctx)
+	}
+	sub := &subscription{ps: ps}
+	h.subs[node] = sub
+	msgs := ps.ChannelWithSubscriptions()
+	h.recv.Add(1)
+	go h.receive(sub, msgs)
+	return sub, nil
+}
+
+// receive delivers the messages of one subscription connection until it is
+// closed.
+func (h *hub) receive(sub *subscription, msgs <-chan any) {
+	defer h.recv.Done()
+	for m := range msgs {
+		switch m := m.(type) {
+		case *redis.Message:
+			h.deliver(m.Channel, m.Payload)
+		case *redis.Subscription:
+			if h.confirm(sub, m) {
+				// Make go-redis forget the channel too, or it would subscribe
+				// it again on this node after a reconnect.
+				ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
+				_ = sub.ps.SUnsubscribe(ctx, m.Channel)
+				cancel()
+			}
+		}
+	}
+}
+
+func (h *hub) deliver(channel, owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch := h.chans[channel]; ch != nil {
+		if wake := ch.waiters[owner]; wake != nil {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// confirm records a subscription message. It reports whether it was an
+// unasked unsubscribe from a connection that stays open.
+func (h *hub) confirm(sub *subscription, m *redis.Subscription) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.chans[m.Channel]
+	if ch == nil || ch.sub != sub {
+		return false // not ours, or dropped by dropIdle
+	}
+	switch m.Kind {
+	case "subscribe", "ssubscribe":
+		select {
+		case <-ch.ready:
+		default:
+			close(ch.ready)
+		}
+	case "sunsubscribe":
+		// Unasked, on Cluster: the slot moved to another node. Waiters fall
+		// back on their timers and subscribe again through the new owner.
+		ch.sub = nil
+		return !h.releaseLocked(sub)
+	}
+	return false
+}
+
+// dropIdle unsubscribes a channel nobody waited on for linger.
+func (h *hub) dropIdle(channel string, ch *wakeChannel) {
+	h.mu.Lock()
+	if h.chans[channel] != ch || len(ch.waiters) > 0 {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.chans, channel)
+	sub := ch.sub
+	if sub == nil { // lost to a slot migration meanwhile
+		h.mu.Unlock()
+		return
+	}
+	last := h.releaseLocked(sub)
+	h.mu.Unlock()
+	if !last {
+		ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
+		defer cancel()
+		if h.sharded {
+			_ = sub.ps.SUnsubscribe(ctx, channel)
+		} else {
+			_ = sub.ps.Unsubscribe(ctx, channel)
+		}
+	}
+}
+
+// releaseLocked drops one channel from sub, closing the connection (which
+// ends its goroutines) when it was the last. It reports whether it was.
+func (h *hub) releaseLocked(sub *subscription) bool {
+	sub.count--
+	if sub.count > 0 {
+		return false
+	}
+	for node, s := range h.subs {
+		if s == sub {
+			delete(h.subs, node)
+		}
+	}
+	_ = sub.ps.Close()
+	return true
+}
+
+// sleep waits for d, a wake-up (wake may be nil), or the end of ctx (then
+// returning its cause) or of the Client.
+func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-h.closed:
+		return ErrClientClosed
+	case <-wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// shardedArg tells the scripts which publish command the waiters listen to.
+func (h *hub) shardedArg() string { return flag(h.sharded) }

@@ -1,0 +1,391 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// queued returns the owner tokens waiting on resource, in queue order.
+func queued(t *testing.T, rdb redis.UniversalClient, resource string) []string {
+	t.Helper()
+	owners, err := rdb.ZRange(context.Background(), "redlease:{"+resource+"}:queue", 0, -1).Result()
+	require.NoError(t, err)
+	return owners
+}
+
+// startWaiter runs Acquire in a goroutine; the lease (or error) arrives on the channel.
+func startWaiter(ctx context.Context, c *Client, resource string, opts ...Option) <-chan acquired {
+	out := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(ctx, resource, opts...)
+		out <- acquired{l, err}
+	}()
+	return out
+}
+
+type acquired struct {
+	l   *Lease
+	err error
+}
+
+func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	holder := New(rdb)
+	l, err := holder.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+
+	// Listen on the wake channel as a third party.
+	ps := rdb.Subscribe(ctx, "redlease:{r}:wake")
+	defer ps.Close()
+	_, err = ps.Receive(ctx) // the subscription confirmation
+	require.NoError(t, err)
+
+	var waits []<-chan acquired
+	for i := range 3 {
+		waits = append(waits, startWaiter(ctx, New(srv.Client(t)), "r"))
+		waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
+	}
+	order := queued(t, rdb, "r")
+
+	require.NoError(t, l.Release(ctx))
+	msg, err := ps.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, order[0], msg.Payload, "release names the first waiter, and only it")
+	first := <-waits[0]
+	require.NoError(t, first.err)
+	require.Equal(t, order[0], first.l.Owner())
+	require.Equal(t, order[1:], queued(t, rdb, "r"), "the others keep their places")
+
+	// A waiter that gives up leaves the queue.
+	require.NoError(t, first.l.Release(ctx))
+	for _, w := range waits[1:] {
+		got := <-w
+		require.NoError(t, got.err)
+		require.NoError(t, got.l.Release(ctx))
+	}
+	require.Empty(t, queued(t, rdb, "r"))
+}
+
+func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	c := New(rdb)
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	w := startWaiter(ctx, c, "r")
+	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 1 })
+	cancel()
+	got := <-w
+	require.ErrorIs(t, got.err, ErrNotAcquired)
+	require.ErrorIs(t, got.err, context.Canceled)
+	require.Empty(t, queued(t, rdb, "r"))
+	require.NoError(t, l.Release(t.Context()))
+}
+
+func TestMaxWait(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = c.Acquire(t.Context(), "r", WithMaxWait(100*time.Millisecond))
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	require.NoError(t, l.Release(t.Context()))
+}
+
+func TestFairWaitersGoInArrivalOrder(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	holder := New(rdb)
+	l, err := holder.TryAcquire(ctx, "r", WithFair(true))
+	require.NoError(t, err)
+
+	var (
+		mu    sync.Mutex
+		order []int
+		waits []<-chan acquired
+	)
+	for i := range 4 {
+		c := New(srv.Client(t), WithFair(true))
+		out := make(chan acquired, 1)
+		go func() {
+			l, err := c.Acquire(ctx, "r")
+			if err == nil {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				err = l.Release(ctx)
+			}
+			out <- acquired{l, err}
+		}()
+		waits = append(waits, out)
+		waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
+	}
+	// A newcomer cannot barge in while others queue.
+	_, err = New(rdb, WithFair(true)).TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+
+	require.NoError(t, l.Release(ctx))
+	for _, w := range waits {
+		require.NoError(t, (<-w).err)
+	}
+	require.Equal(t, []int{0, 1, 2, 3}, order)
+}
+
+func TestVanishedWaiterIsDroppedFromQueue(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithFair(true))
+	l, err := c.TryAcquire(ctx, "r", WithFair(true))
+	require.NoError(t, err)
+	// A waiter whose process died: queued first, alive for 300ms more, never refreshed.
+	tm, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.ZAdd(ctx, "redlease:{r}:queue", redis.Z{Score: 1, Member: "dead"}).Err())
+	require.NoError(t, rdb.HSet(ctx, "redlease:{r}:alive", "dead", tm.UnixMilli()+300).Err())
+
+	w := startWaiter(ctx, c, "r")
+	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 2 })
+	require.NoError(t, l.Release(ctx)) // wakes "dead", which never comes
+	got := <-w                         // the live waiter gets it once "dead" has timed out
+	require.NoError(t, got.err)
+	require.NotContains(t, queued(t, rdb, "r"), "dead")
+	require.NoError(t, got.l.Release(ctx))
+}
+
+func TestWaiterWakesWhenHolderExpires(t *testing.T) {
+	srv := startRedis(t)
+	ctx := t.Context()
+	dead := New(srv.Client(t), WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	a, err := dead.TryAcquire(ctx, "r") // never released: it expires
+	require.NoError(t, err)
+	b, err := New(srv.Client(t)).Acquire(ctx, "r", WithMaxWait(10*time.Second))
+	require.NoError(t, err)
+	require.Greater(t, b.Fence(), a.Fence())
+	require.NoError(t, b.Release(ctx))
+}
+
+// The contention test of the waiting design: many goroutines, one resource,
+// a plain GET/SET counter with no atomic increment. A lost update or two
+// overlapping holders would show.
+func TestIntegrationContentionNoLostUpdateNoOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shared bool
+		opts   []Option
+	}{
+		{"shared client", true, nil},
+		{"client per goroutine", false, nil},
+		{"fair", false, []Option{WithFair(true)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startRedis(t)
+			data := srv.Client(t)
+			const workers, rounds = 32, 50
+			shared := New(srv.Client(t), tc.opts...)
+			type interval struct {
+				fence      int64
+				start, end time.Time
+			}
+			var (
+				mu        sync.Mutex
+				intervals []interval
+				wg        sync.WaitGroup
+				errs      = make(chan error, workers)
+			)
+			for range workers {
+				c := shared
+				if !tc.shared {
+					c = New(srv.Client(t), tc.opts...)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					for range rounds {
+						l, err := c.Acquire(ctx, "counter")
+						if err != nil {
+							errs <- err
+							return
+						}
+						start := time.Now()
+						n, err := data.Get(ctx, "count").Int()
+						if err != nil && !errors.Is(err, redis.Nil) {
+							errs <- err
+							return
+						}
+						if err := data.Set(ctx, "count", n+1, 0).Err(); err != nil {
+							errs <- err
+							return
+						}
+						end := time.Now()
+						if err := l.Release(ctx); err != nil {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						intervals = append(intervals, interval{l.Fence(), start, end})
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			n, err := data.Get(t.Context(), "count").Int()
+			require.NoError(t, err)
+			require.Equal(t, workers*rounds, n, "no lost update")
+			slices.SortFunc(intervals, func(a, b interval) int { return a.start.Compare(b.start) })
+			for i := 1; i < len(intervals); i++ {
+				prev, cur := intervals[i-1], intervals[i]
+				require.False(t, cur.start.Before(prev.end), "holders %d and %d overlap", prev.fence, cur.fence)
+				require.Greater(t, cur.fence, prev.fence, "fences follow the holder order")
+			}
+		})
+	}
+}
+
+// A reply lost after the request was delivered: the proxy closes the
+// connection instead of forwarding it. With go-redis's own retries (which
+// resend after a reset) the final answer must still be right; without them,
+// the outcome must be reported unknown, never as success or as lost.
+func TestIntegrationLostReplies(t *testing.T) {
+	srv := startRedis(t)
+	direct := srv.Client(t)
+	proxy := startProxy(t, srv.Addr)
+	ctx := t.Context()
+	for _, retries := range []int{0, -1} { // go-redis default (3), none
+		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: retries})
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := New(rdb, WithAutoRenew(false), WithTTL(time.Minute))
+			res := fmt.Sprint("lost", retries)
+			key := "redlease:{" + res + "}:lease"
+			loseNextReply := func() {
+				require.NoError(t, rdb.Ping(ctx).Err()) // a warm connection: the next reply is ours
+				proxy.DropReplies(1)
+			}
+
+			loseNextReply()
+			l, err := c.TryAcquire(ctx, res)
+			require.NoError(t, err, "the retry with the same owner token resolves it")
+			require.Equal(t, int64(1), l.Fence())
+			require.Equal(t, "1", direct.Get(ctx, "redlease:{"+res+"}:fence").Val(), "one fence drawn")
+
+			require.NoError(t, direct.PExpire(ctx, key, 30*time.Second).Err())
+			loseNextReply()
+			err = l.Refresh(ctx)
+			if retries < 0 {
+				require.ErrorIs(t, err, ErrOutcomeUnknown)
+				require.NotErrorIs(t, err, ErrLeaseLost)
+			} else {
+				require.NoError(t, err)
+			}
+			require.NoError(t, l.Context().Err())
+			require.Greater(t, direct.PTTL(ctx, key).Val(), 50*time.Second, "the renewal did happen")
+
+			loseNextReply()
+			err = l.Release(ctx)
+			if retries < 0 {
+				require.ErrorIs(t, err, ErrOutcomeUnknown)
+				require.NotErrorIs(t, err, ErrLeaseLost)
+				require.NoError(t, l.Release(ctx), "asked again, Redis remembers that this owner released")
+			} else {
+				require.NoError(t, err, "go-redis's retry is recognised as the same release")
+			}
+			require.Zero(t, direct.Exists(ctx, key).Val(), "the delete did happen")
+		})
+	}
+}
+
+func TestIntegrationMaxHold(t *testing.T) {
+	srv := startRedis(t)
+	ctx := t.Context()
+	c := New(srv.Client(t), WithTTL(300*time.Millisecond))
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "r", WithMaxHold(time.Second))
+	require.NoError(t, err)
+	waitDone(t, l.Context(), 10*time.Second)
+	require.ErrorIs(t, context.Cause(l.Context()), ErrMaxHold)
+	require.NotErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "renewed until the hold limit")
+	// The stuck holder never releases; the lease lapses within a TTL and another takes it.
+	b, err := New(srv.Client(t)).Acquire(ctx, "r", WithMaxWait(5*time.Second))
+	require.NoError(t, err)
+	require.Greater(t, b.Fence(), l.Fence())
+	require.NoError(t, b.Release(ctx))
+}
+
+func TestAcquireOnClusterWakesWaiters(t *testing.T) {
+	_, cc := startCluster(t, 3)
+	ctx := t.Context()
+	holder := New(cc)
+	var leases []*Lease
+	var waits []<-chan acquired
+	for i := range 6 {
+		res := fmt.Sprint("cl-", i)
+		l, err := holder.TryAcquire(ctx, res)
+		require.NoError(t, err)
+		leases = append(leases, l)
+		waits = append(waits, startWaiter(ctx, New(cc), res, WithMaxWait(30*time.Second)))
+		waitFor(t, 10*time.Second, func() bool { return len(queued(t, cc, res)) == 1 })
+	}
+	for i, l := range leases {
+		require.NoError(t, l.Release(ctx))
+		got := <-waits[i]
+		require.NoError(t, got.err)
+		require.Equal(t, int64(2), got.l.Fence())
+		require.NoError(t, got.l.Release(ctx))
+	}
+}
+
+func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	ignore := goleak.IgnoreCurrent()
+
+	other := New(srv.Client(t))
+	blocker, err := other.TryAcquire(ctx, "blocked")
+	require.NoError(t, err)
+
+	c := New(rdb, WithTTL(time.Minute))
+	a, err := c.TryAcquire(ctx, "a")
+	require.NoError(t, err)
+	b, err := c.TryAcquire(ctx, "b", WithAutoRenew(false))
+	require.NoError(t, err)
+	w := startWaiter(ctx, c, "blocked")
+	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "blocked")) == 1 })
+
+	require.NoError(t, c.Close(ctx))
+	require.ErrorIs(t, (<-w).err, ErrClientClosed)
+	require.ErrorIs(t, context.Cause(a.Context()), ErrReleased)
+	require.ErrorIs(t, context.Cause(b.Context()), ErrReleased)
+	require.Zero(t, rdb.Exists(ctx, "redlease:{a}:lease", "redlease:{b}:lease").Val())
+	_, err = c.TryAcquire(ctx, "c")
+	require.ErrorIs(t, err, ErrClientClosed)
+
+	require.NoError(t, other.Close(ctx))
+	require.ErrorIs(t, context.Cause(blocker.Context()), ErrReleased)
+	goleak.VerifyNone(t, ignore)
+}
