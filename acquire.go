@@ -113,6 +113,7 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 	for _, r := range resources {
 		a.keys = append(a.keys, cfg.key(r, "lease"), cfg.key(r, "fence"), cfg.key(r, "queue"), cfg.key(r, "alive"))
 	}
+	start := time.Now()
 	var leases []*Lease
 	if wait {
 		leases, err = a.waitFor(ctx)
@@ -122,7 +123,28 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 	if len(resources) > 1 && redis.HasErrorPrefix(err, "CROSSSLOT") {
 		return c.acquireInOrder(ctx, resources, opts, wait)
 	}
+	if len(cfg.observers) > 0 {
+		a.report(ctx, start, leases, err)
+	}
 	return leases, err
+}
+
+// report sends the acquire events: one per lease taken, or one for the failure.
+func (a *acquisition) report(ctx context.Context, start time.Time, leases []*Lease, err error) {
+	end := time.Now()
+	if err != nil {
+		e := Event{Kind: EventAcquire, Outcome: outcomeOf(err), Resource: a.resources[0], Start: start, End: end, Err: err}
+		var busy *BusyError
+		if errors.As(err, &busy) {
+			e.Resource = busy.Resource
+		}
+		a.cfg.observe(ctx, e)
+		return
+	}
+	for _, l := range leases {
+		a.cfg.observe(ctx, Event{Kind: EventAcquire, Outcome: OutcomeOK, Resource: l.resource, Owner: l.owner,
+			Fence: l.fence, Start: start, End: end})
+	}
 }
 
 // acquireInOrder takes leases one by one, in sorted order of their names.

@@ -158,6 +158,7 @@ type Lease struct {
 
 	mu        sync.Mutex
 	state     leaseState
+	acquired  time.Time // send time of the acquire request
 	deadline  time.Time // local deadline, with a monotonic reading
 	holdUntil time.Time // WithMaxHold's limit; zero if none
 	timer     *time.Timer
@@ -261,6 +262,7 @@ func (l *Lease) lapse() {
 func (l *Lease) start(sent time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.acquired = sent
 	if l.cfg.maxHold > 0 {
 		l.holdUntil = sent.Add(l.cfg.maxHold)
 	}
@@ -321,6 +323,18 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 	l.cancel(cause)
 	l.c.wd.unschedule(l)
 	l.c.track(l, false)
+	if s != stateReleased && len(l.cfg.observers) > 0 {
+		now := time.Now()
+		outcome := OutcomeLost
+		if s == stateLapsed {
+			outcome = OutcomeExpired
+			if errors.Is(cause, ErrMaxHold) {
+				outcome = OutcomeMaxHold
+			}
+		}
+		l.cfg.observe(l.ctx, Event{Kind: EventLost, Outcome: outcome, Resource: l.resource, Owner: l.owner,
+			Fence: l.fence, Start: now, End: now, Held: now.Sub(l.acquired), Err: cause})
+	}
 }
 
 // errorLocked is the error of an operation on a lease that has ended.
@@ -341,9 +355,15 @@ func (l *Lease) active() bool {
 // lease was extended (its local deadline is then sent + lifetime), an error
 // matching ErrLeaseLost if Redis said it is not ours (the context is then
 // ended), the lease's error if it had ended meanwhile, or the request error.
-func (l *Lease) renewed(sent time.Time, ok bool, err error) error {
+func (l *Lease) renewed(sent time.Time, ok bool, err error) (rerr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if len(l.cfg.observers) > 0 && l.state == stateActive {
+		defer func() {
+			l.cfg.observe(l.ctx, Event{Kind: EventRenew, Outcome: outcomeOf(rerr), Resource: l.resource, Owner: l.owner,
+				Fence: l.fence, Start: sent, End: time.Now(), Err: rerr})
+		}()
+	}
 	switch {
 	case l.state != stateActive:
 		return l.errorLocked()
@@ -401,7 +421,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // Once a Release has reached a verdict (nil or ErrLeaseLost), later calls
 // return the same verdict without a round trip, so an explicit Release and a
 // deferred one can both be written.
-func (l *Lease) Release(ctx context.Context) error {
+func (l *Lease) Release(ctx context.Context) (err error) {
 	if l == nil {
 		return invalidf("nil Lease")
 	}
@@ -410,7 +430,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.relDone {
 		return l.relErr
 	}
+	start := time.Now()
 	l.mu.Lock()
+	overran := l.state != stateActive
+	if len(l.cfg.observers) > 0 {
+		defer func() {
+			now := time.Now()
+			l.cfg.observe(ctx, Event{Kind: EventRelease, Outcome: outcomeOf(err), Resource: l.resource,
+				Owner: l.owner, Fence: l.fence, Start: start, End: now, Held: now.Sub(l.acquired),
+				Overran: overran, Err: err})
+		}()
+	}
 	if l.state == stateLost { // Redis already said it is not ours
 		l.relDone, l.relErr = true, l.errorLocked()
 		l.mu.Unlock()

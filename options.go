@@ -33,6 +33,7 @@ type config struct {
 	maxWait        time.Duration // 0: until ctx ends
 	maxHold        time.Duration // 0: no limit
 	fair           bool
+	observers      []Observer
 }
 
 func defaultConfig() config {

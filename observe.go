@@ -1,0 +1,185 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Observer receives the events of leases, for logs, metrics and traces
+// (WithObserver, WithLogger; the module github.com/redlease/redlease/otel
+// records them with OpenTelemetry). Observe is called synchronously, on the
+// acquiring goroutine, the watchdog or a timer, sometimes while a lease's
+// lock is held: it must be quick, must not block, and must not call the
+// Client or the Lease.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// EventKind says what happened.
+type EventKind uint8
+
+// The kinds of events.
+const (
+	// EventAcquire ends an acquire call (TryAcquire, Acquire, or one lease of
+	// AcquireAll). Start is when the call began; Outcome says how it ended.
+	EventAcquire EventKind = iota + 1
+	// EventRenew is one renewal, by the watchdog or Refresh.
+	EventRenew
+	// EventLost is a lease context ending without Release: Outcome is
+	// OutcomeLost (Redis said it is not ours), OutcomeExpired (no renewal
+	// confirmed before the local deadline) or OutcomeMaxHold.
+	EventLost
+	// EventRelease ends a Release call. Overran says the lease had already
+	// been lost or had lapsed while its holder still ran.
+	EventRelease
+	// EventStaleFence is a write rejected by a fencing guard.
+	EventStaleFence
+)
+
+var kindNames = [...]string{"", "acquire", "renew", "lost", "release", "stale_fence"}
+
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Outcome is how an operation ended. The outcomes are kept apart because
+// they call for different actions: busy is contention, timeout is waiting
+// too long, lost is a holder that went stale, unknown and error are Redis
+// trouble.
+type Outcome uint8
+
+// The outcomes.
+const (
+	OutcomeOK      Outcome = iota + 1 // acquired, renewed, released
+	OutcomeBusy                       // held by another owner (TryAcquire)
+	OutcomeTimeout                    // ctx or the wait limit ended first
+	OutcomeLost                       // the lease was not ours (any more)
+	OutcomeExpired                    // no renewal confirmed before the local deadline
+	OutcomeMaxHold                    // the maximum hold time ran out
+	OutcomeUnknown                    // the reply was lost (ErrOutcomeUnknown)
+	OutcomeError                      // Redis refused, or could not be reached, or bad input
+	OutcomeStale                      // a fencing guard rejected a write
+)
+
+var outcomeNames = [...]string{"", "ok", "busy", "timeout", "lost", "expired", "max_hold", "unknown", "error", "stale"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "invalid"
+}
+
+// Event describes one operation on a lease. Resource and Owner are for logs
+// and traces; never use them as metric labels (unbounded cardinality).
+type Event struct {
+	Kind     EventKind
+	Outcome  Outcome
+	Resource string
+	Owner    string // the lease's owner token; "" if none was taken
+	Fence    int64  // the lease's fence; 0 if none was taken
+	Start    time.Time
+	End      time.Time
+	Held     time.Duration // EventLost, EventRelease: since the lease was acquired
+	Overran  bool          // EventRelease: the lease ended before Release was called
+	Err      error
+}
+
+// WithObserver adds an observer of the leases' events. Observers given to
+// New and to an acquire call all see that lease's events.
+func WithObserver(o Observer) Option {
+	return func(c *config) {
+		if o != nil {
+			c.observers = append(c.observers[:len(c.observers):len(c.observers)], o)
+		}
+	}
+}
+
+// WithLogger logs the leases' events to l as structured records: acquire
+// (waited, fence), renew failures, loss (why), release (held for, result).
+// Each record has the resource, the fence and an 8-character owner prefix,
+// never a payload. Successes are logged at Debug, failures to renew at Info,
+// losses and failed releases at Warn.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		return nil
+	}
+	return WithObserver(logObserver{l})
+}
+
+type logObserver struct{ l *slog.Logger }
+
+func (o logObserver) Observe(ctx context.Context, e Event) {
+	level := slog.LevelDebug
+	switch {
+	case e.Kind == EventLost, e.Kind == EventStaleFence,
+		e.Kind == EventRelease && e.Outcome != OutcomeOK, e.Overran:
+		level = slog.LevelWarn
+	case e.Kind == EventRenew && e.Outcome != OutcomeOK:
+		level = slog.LevelInfo
+	}
+	if !o.l.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("resource", e.Resource),
+		slog.String("result", e.Outcome.String()),
+	}
+	if e.Fence > 0 {
+		attrs = append(attrs, slog.Int64("fence", e.Fence))
+	}
+	if e.Owner != "" {
+		attrs = append(attrs, slog.String("owner", e.Owner[:min(8, len(e.Owner))]))
+	}
+	switch e.Kind {
+	case EventAcquire:
+		attrs = append(attrs, slog.Duration("waited", e.End.Sub(e.Start)))
+	case EventRelease, EventLost:
+		attrs = append(attrs, slog.Duration("held", e.Held))
+	}
+	if e.Overran {
+		attrs = append(attrs, slog.Bool("overran", true))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	o.l.LogAttrs(ctx, level, "redlease "+e.Kind.String(), attrs...)
+}
+
+// observe sends e to the configured observers.
+func (c *config) observe(ctx context.Context, e Event) {
+	for _, o := range c.observers {
+		o.Observe(ctx, e)
+	}
+}
+
+// outcomeOf classifies the error of an operation.
+func outcomeOf(err error) Outcome {
+	var busy *BusyError
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.As(err, &busy):
+		return OutcomeBusy
+	case errors.Is(err, ErrOutcomeUnknown):
+		return OutcomeUnknown
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return OutcomeTimeout
+	case errors.Is(err, ErrMaxHold):
+		return OutcomeMaxHold
+	case errors.Is(err, ErrLeaseLost):
+		return OutcomeLost
+	}
+	return OutcomeError
+}

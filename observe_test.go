@@ -1,0 +1,101 @@
+package redlease
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Observe(_ context.Context, e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// take returns the events recorded so far, as "kind:outcome", and forgets them.
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		out = append(out, e.Kind.String()+":"+e.Outcome.String())
+	}
+	r.events = nil
+	return out
+}
+
+func TestObserverSeesEveryOutcome(t *testing.T) {
+	mr, rdb := newMini(t)
+	rec := &recorder{}
+	c := New(rdb, WithObserver(rec), WithAutoRenew(false), WithTTL(time.Minute))
+	ctx := t.Context()
+
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, []string{"acquire:ok"}, rec.take())
+
+	_, err = c.TryAcquire(ctx, "r")
+	require.Error(t, err)
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	_, err = c.Acquire(short, "r")
+	require.Error(t, err)
+	require.Equal(t, []string{"acquire:busy", "acquire:timeout"}, rec.take())
+
+	require.NoError(t, l.Refresh(ctx))
+	mr.Del("redlease:{r}:lease")
+	require.ErrorIs(t, l.Refresh(ctx), ErrLeaseLost)
+	require.Equal(t, []string{"renew:ok", "lost:lost", "renew:lost"}, rec.take())
+
+	require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
+	rec.mu.Lock()
+	rel := rec.events[0]
+	rec.mu.Unlock()
+	require.Equal(t, []string{"release:lost"}, rec.take())
+	require.True(t, rel.Overran, "the lease ended before the holder released it")
+	require.Equal(t, l.Owner(), rel.Owner)
+	require.Equal(t, l.Fence(), rel.Fence)
+	require.Positive(t, rel.Held)
+
+	l, err = c.TryAcquire(ctx, "r", WithTTL(50*time.Millisecond))
+	require.NoError(t, err)
+	waitDone(t, l.Context(), 10*time.Second)
+	require.NoError(t, l.Release(ctx), "miniredis keeps the key without FastForward")
+	require.Equal(t, []string{"acquire:ok", "lost:expired", "release:ok"}, rec.take())
+}
+
+func TestLoggerIsQuietOnSuccessAndWarnsOnLoss(t *testing.T) {
+	mr, rdb := newMini(t)
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := New(rdb, WithLogger(logger), WithAutoRenew(false))
+	ctx := t.Context()
+
+	l, err := c.TryAcquire(ctx, "billing:7")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	require.Empty(t, buf.String(), "success is logged at Debug only")
+
+	l, err = c.TryAcquire(ctx, "billing:7")
+	require.NoError(t, err)
+	mr.Del("redlease:{billing:7}:lease")
+	require.Error(t, l.Refresh(ctx))
+	_ = l.Release(ctx)
+	out := buf.String()
+	require.Contains(t, out, "level=WARN msg=\"redlease lost\" resource=billing:7 result=lost fence=2 owner="+l.Owner()[:8])
+	require.Contains(t, out, "level=WARN msg=\"redlease release\"")
+	require.Contains(t, out, "overran=true")
+	require.NotContains(t, out, l.Owner(), "only an owner prefix is logged")
+	require.Equal(t, 3, strings.Count(out, "\n"), "renew failure (Info), loss and release (Warn):\n%s", out)
+}
