@@ -200,7 +200,10 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 	}
 	retry := backoff{min: minBackoff, max: maxBackoff}        // after errors
 	poll := backoff{min: waitBackoffMin, max: waitBackoffMax} // between wake-ups
-	var unknown error                                         // the last error after which our lease may exist
+	var (
+		unknown error // the last error after which our lease may exist
+		failed  error // the last error that was not contention
+	)
 	for {
 		ls, err := a.attempt(ctx)
 		if err == nil {
@@ -212,7 +215,7 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 		)
 		switch {
 		case errors.As(err, &busy):
-			unknown = nil // someone else holds it, so no attempt of ours does
+			unknown, failed = nil, nil // someone else holds it, so no attempt of ours does
 			if w := waiters[busy.index]; !w.subscribed() && w.subscribe(ctx) {
 				continue // at once: the lease may have been freed before the subscription
 			}
@@ -227,12 +230,15 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 			if isServerError(err) {
 				return nil, a.giveUp(ctx, err, nil)
 			}
-			delay = retry.next()
+			failed, delay = err, retry.next()
 		default:
-			unknown = err
+			unknown, failed = err, err
 			delay = retry.next()
 		}
 		if serr := a.c.hub.sleep(ctx, wake, delay); serr != nil {
+			if failed != nil && unknown == nil {
+				serr = fmt.Errorf("%w (last attempt: %w)", serr, failed)
+			}
 			return nil, a.giveUp(ctx, serr, unknown)
 		}
 	}
@@ -291,20 +297,31 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	if a.wait {
 		timeout = waiterTimeout.Milliseconds()
 	}
-	sent := time.Now()
-	var cmd *redis.Cmd
-	if len(a.resources) == 1 {
-		cmd = acquireScript.Run(ctx, a.c.rdb, a.keys, a.owner, cfg.ttl.Milliseconds(), timeout,
-			flag(cfg.fair), flag(a.queued))
-	} else {
-		cmd = acquireAllScript.Run(ctx, a.c.rdb, a.keys, a.owner, cfg.ttl.Milliseconds(), timeout, flag(a.queued))
+	script, args := acquireScript, []any{a.owner, cfg.ttl.Milliseconds(), timeout, flag(cfg.fair), flag(a.queued)}
+	if len(a.resources) > 1 {
+		script, args = acquireAllScript, []any{a.owner, cfg.ttl.Milliseconds(), timeout, flag(a.queued)}
 	}
-	res, err := cmd.Int64Slice()
+	sent := time.Now()
+	var (
+		res   []int64
+		acked int64
+		err   error
+	)
+	if cfg.replicas > 0 {
+		res, acked, err = a.runAcked(ctx, script, args)
+	} else {
+		res, err = script.Run(ctx, a.c.rdb, a.keys, args...).Int64Slice()
+	}
 	if a.wait && (err == nil || mayHaveReached(err)) {
 		a.queued = true // the script ran, or may have
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.replicas > 0 && len(res) > 0 && res[0] == 1 && acked < int64(cfg.replicas) {
+		a.leave(ctx)
+		return nil, fmt.Errorf("%w: %w: %q: %d of %d replicas acknowledged within %v",
+			ErrNotAcquired, ErrNotReplicated, a.resources[0], acked, cfg.replicas, cfg.replicaTimeout)
 	}
 	if len(res) < 2 {
 		return nil, fmt.Errorf("redlease: acquire script replied %v", res)
@@ -338,12 +355,89 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 		}
 		leases[i] = l
 	}
+	if cfg.fences != nil {
+		if err := a.drawFences(ctx, leases); err != nil {
+			return nil, err
+		}
+	}
 	for _, l := range leases {
 		if next := sent.Add(l.interval); cfg.autoRenew && l.renewsUntil(next) {
 			a.c.wd.schedule(l, next)
 		}
 	}
 	return leases, nil
+}
+
+// drawFences gives each new lease a fence from the configured source, and
+// records it in the lease while the lease is still ours. On failure it gives
+// every lease up.
+func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
+	for _, l := range leases {
+		fence, err := a.cfg.fences.NextFence(ctx, l.resource)
+		if err == nil && fence <= 0 {
+			err = fmt.Errorf("fence source returned %d", fence)
+		}
+		var ok bool
+		if err == nil {
+			ok, err = renewResult(confirmScript.Run(ctx, a.c.rdb, []string{l.key}, a.owner, fence, l.ttlMS))
+			if err == nil && !ok {
+				err = ErrLeaseLost
+			}
+		}
+		if err != nil {
+			for _, l := range leases {
+				l.lapse()
+			}
+			a.leave(ctx)
+			return fmt.Errorf("%w: %q: drawing its fence: %w", ErrNotAcquired, l.resource, err)
+		}
+		l.fence = fence
+	}
+	return nil
+}
+
+// runAcked runs an acquire script and WAIT in one pipeline on the master
+// that owns the keys, so that WAIT covers the script's writes: the reply
+// says how many replicas acknowledged them.
+func (a *acquisition) runAcked(ctx context.Context, script *redis.Script, args []any) ([]int64, int64, error) {
+	conn := redis.Cmdable(a.c.rdb)
+	if cc, ok := a.c.rdb.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, a.keys[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		conn = master
+	}
+	for loaded := false; ; loaded = true {
+		pipe := conn.Pipeline()
+		cmd := script.EvalSha(ctx, pipe, a.keys, args...)
+		wait := waitCmd(ctx, pipe, a.cfg.replicas, a.cfg.replicaTimeout)
+		_, _ = pipe.Exec(ctx)
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && !loaded {
+			if err := script.Load(ctx, conn).Err(); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		res, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, 0, err
+		}
+		return res, wait.Val(), wait.Err()
+	}
+}
+
+// waitCmd queues WAIT on pipe. go-redis's own Wait, which extends the read
+// timeout by the WAIT timeout, is on the concrete pipeline type only.
+func waitCmd(ctx context.Context, pipe redis.Pipeliner, n int, timeout time.Duration) *redis.IntCmd {
+	if p, ok := pipe.(interface {
+		Wait(context.Context, int, time.Duration) *redis.IntCmd
+	}); ok {
+		return p.Wait(ctx, n, timeout)
+	}
+	cmd := redis.NewIntCmd(ctx, "wait", n, timeout.Milliseconds())
+	_ = pipe.Process(ctx, cmd)
+	return cmd
 }
 
 func flag(b bool) string {

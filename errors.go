@@ -38,6 +38,11 @@ var (
 	// the network error that caused it.
 	ErrOutcomeUnknown = errors.New("redlease: outcome unknown")
 
+	// ErrNotReplicated means fewer replicas than WithReplicaAck asked for
+	// acknowledged a new lease in time; the lease was released. It comes
+	// joined with ErrNotAcquired.
+	ErrNotReplicated = errors.New("redlease: lease not acknowledged by enough replicas")
+
 	// ErrClientClosed is returned by acquire calls on a Client after Close,
 	// including calls that were waiting when Close was called.
 	ErrClientClosed = errors.New("redlease: client closed")

@@ -2,6 +2,7 @@ package redlease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -92,4 +93,60 @@ func TestFenceCounterNeverExpiresNorFallsBack(t *testing.T) {
 	got, err := c.LastFence(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, last, got)
+}
+
+// counterFences is a FenceSource for tests: a counter, with a hook run
+// before each draw.
+type counterFences struct {
+	mu     sync.Mutex
+	next   int64
+	before func() error
+}
+
+func (s *counterFences) NextFence(context.Context, string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.before != nil {
+		if err := s.before(); err != nil {
+			return 0, err
+		}
+	}
+	s.next++
+	return s.next, nil
+}
+
+func TestFenceSource(t *testing.T) {
+	mr, rdb := newMini(t)
+	ctx := t.Context()
+	src := &counterFences{next: 1000}
+	c := New(rdb, WithFenceSource(src))
+
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1001), l.Fence())
+	require.Equal(t, l.Owner()+":1001", mustGet(t, mr, "redlease:{r}:lease"), "the lease records the drawn fence")
+	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "the Redis counter still counts")
+	require.NoError(t, l.Release(ctx))
+
+	// A source that fails: the lease is given back.
+	src.before = func() error { return errors.New("sequence unavailable") }
+	_, err = c.TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorContains(t, err, "sequence unavailable")
+	require.False(t, mr.Exists("redlease:{r}:lease"))
+
+	// The lease is lost while the fence is drawn: the fence is not handed out.
+	src.before = func() error { mr.Del("redlease:{r}:lease"); return nil }
+	_, err = c.TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, ErrLeaseLost)
+
+	src.before = nil
+	l, err = c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1003), l.Fence(), "fences keep rising; drawn values may be skipped")
+	require.NoError(t, l.Release(ctx))
+
+	_, err = NewSequenceFences(nil, "s")
+	require.ErrorIs(t, err, ErrInvalidArgument)
 }

@@ -34,6 +34,9 @@ type config struct {
 	maxHold        time.Duration // 0: no limit
 	fair           bool
 	observers      []Observer
+	replicas       int
+	replicaTimeout time.Duration
+	fences         FenceSource // nil: the Redis counter
 }
 
 func defaultConfig() config {
@@ -105,6 +108,35 @@ func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = 
 // still wakes only the first waiter.
 func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
 
+// WithReplicaAck makes an acquisition wait, in the same round trip, until n
+// replicas have acknowledged the new lease and its fence (Redis WAIT), for at
+// most timeout. If fewer do, the lease is released by owner and the acquire
+// fails with an error matching ErrNotAcquired and ErrNotReplicated.
+//
+// What it narrows: a master that fails right after granting a lease can no
+// longer hand the same fence, or the same resource, out again through a
+// promoted replica that never saw the grant — as long as the promoted replica
+// is one that acknowledged. What it cannot promise: WAIT is not consensus.
+// The replica that acknowledged may not be the one promoted; an acknowledged
+// write can still be lost if replicas lose it (no AOF fsync); renewals are not
+// waited for, so after a failover a lease may expire up to one renew interval
+// before its holder's local deadline. Fence checks at the resource remain the
+// safety net. timeout must stay below the Redis client's read timeout. Default
+// n = 0: no waiting.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
+}
+
+// WithFenceSource draws each lease's fence from src instead of the Redis
+// counter, for fences that must keep rising across a Redis failover or a
+// restart without persistence (a PostgreSQL sequence: SequenceFences). The
+// fence is drawn right after the lease is taken and recorded in it while it
+// is still ours, one more round trip to Redis and one to the source; if
+// either fails, the lease is released and the acquire fails. The Redis
+// counter still counts acquisitions. Default: the Redis counter, incremented
+// inside the acquire script.
+func WithFenceSource(src FenceSource) Option { return func(c *config) { c.fences = src } }
+
 func (c *config) apply(opts []Option) {
 	for _, o := range opts {
 		if o != nil {
@@ -156,6 +188,10 @@ func (c *config) validate() error {
 		return invalidf("max wait %v is negative", c.maxWait)
 	case c.maxHold < 0:
 		return invalidf("max hold %v is negative", c.maxHold)
+	case c.replicas < 0:
+		return invalidf("replica count %d is negative", c.replicas)
+	case c.replicas > 0 && c.replicaTimeout < time.Millisecond:
+		return invalidf("replica ack timeout %v is below 1ms", c.replicaTimeout)
 	}
 	return nil
 }

@@ -22,6 +22,10 @@ var (
 	acquireAllSrc    string
 	acquireAllScript = redis.NewScript(queueSrc + acquireAllSrc)
 
+	//go:embed confirm.lua
+	confirmSrc    string
+	confirmScript = redis.NewScript(confirmSrc)
+
 	//go:embed refresh.lua
 	refreshSrc    string
 	refreshScript = redis.NewScript(refreshSrc)

@@ -1,0 +1,45 @@
+package redlease
+
+import (
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestIntegrationReplicaAck(t *testing.T) {
+	master := startRedis(t)
+	host, port, _ := net.SplitHostPort(master.Addr)
+	replica := startRedis(t, "--replicaof", host, port)
+	rdb := master.Client(t)
+	ctx := t.Context()
+	waitFor(t, 20*time.Second, func() bool {
+		info, err := rdb.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+	c := New(rdb, WithReplicaAck(1, 500*time.Millisecond))
+
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err, "the replica acknowledges")
+	require.Equal(t, int64(1), l.Fence())
+	require.NoError(t, l.Release(ctx))
+
+	// The replica stops answering: the acquisition cannot be acknowledged.
+	require.NoError(t, replica.cmd.Process.Signal(syscall.SIGSTOP))
+	defer func() { _ = replica.cmd.Process.Signal(syscall.SIGCONT) }()
+	time.Sleep(100 * time.Millisecond)
+	_, err = c.TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, ErrNotReplicated)
+	require.Zero(t, rdb.Exists(ctx, "redlease:{r}:lease").Val(), "no lease is left behind")
+	_, err = c.Acquire(ctx, "r", WithMaxWait(time.Second))
+	require.ErrorIs(t, err, ErrNotReplicated, "a waiting acquire fails as clearly")
+
+	// Without the option the same master grants it.
+	l, err = New(rdb).TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
