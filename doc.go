@@ -33,16 +33,38 @@
 // <prefix>{R}:fence (the counter, without a TTL). The prefix defaults to
 // "redlease:". Plain, Sentinel (failover) and cluster clients all work.
 //
+// # Guarantees
+//
+// On one Redis deployment that loses no data (no failover, no restart
+// without persistence, no eviction or flush of the counter), with clocks
+// that drift apart by less than DriftFactor (ρ):
+//
+//   - S1: no two successful acquisitions of a resource get the same fence,
+//     and an acquisition that returned before another began has the smaller.
+//   - S2: renew and release change a lease only while it stores our owner
+//     token, and never recreate it.
+//   - S3: a lease context ends no later than t + TTL·(1−ρ) − margin, t being
+//     the send time of the last successful acquire or renew, whatever Redis
+//     or the network does; a lease whose bound passed before its acquire
+//     reply arrived is never handed out.
+//   - S4: no renew is sent for a lease whose context has ended; an acquire of
+//     unknown outcome is resolved idempotently (same owner token, same fence)
+//     or released by owner, never reported as held.
+//   - S5: the fencing guards accept a write iff its fence is greater than the
+//     newest accepted, or equal and from the same owner, atomically with the
+//     write.
+//
 // # What is not promised
 //
-//   - Fences rise only while the counter does. Redis replicates
-//     asynchronously: after a failover, or a restart without persistence, the
-//     counter can go back and two holders can get the same fence. Resources
-//     should accept an equal fence only from the same owner.
-//   - Without fencing at the resource, a lease gives mutual exclusion only
-//     while no holder pauses longer than its margin, and while clocks run at
-//     nearly the same rate; a pause of the whole machine that the monotonic
-//     clock does not count (suspend) is not seen.
+//   - Fences across asynchronous failover: the counter can go back after a
+//     failover, a restart without persistence, an eviction or a flush, and
+//     two holders can get the same fence. Resources accept an equal fence
+//     only from the same owner; WithReplicaAck narrows the window,
+//     WithFenceSource closes it, AdvanceFence repairs the counter.
+//   - Exclusion without fencing: a holder that pauses between checking its
+//     context and acting acts late; only the resource's fence check stops it.
+//   - Safety under clock jumps without fencing: a suspended machine, or a
+//     server clock that jumps, expires leases unseen.
 //   - A lost reply leaves an outcome unknown; redlease reports it as such
 //     (ErrOutcomeUnknown) rather than guessing.
 package redlease

@@ -67,6 +67,8 @@ type redisServer struct {
 	Addr string
 	Dir  string
 	cmd  *exec.Cmd
+	bin  string
+	argv []string
 }
 
 // startRedis starts redis-server from PATH on a free loopback port, with no
@@ -102,6 +104,7 @@ func startRedisConf(t testing.TB, conf string, args ...string) *redisServer {
 			"--dir", dir, "--save", "", "--appendonly", "no",
 			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)))
 		argv = append(argv, args...)
+		s.bin, s.argv = bin, argv
 		s.cmd = exec.Command(bin, argv...)
 		if err := s.cmd.Start(); err != nil {
 			t.Fatalf("start redis-server: %v", err)
@@ -202,6 +205,28 @@ func (s *redisServer) waitReady(limit time.Duration) error {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// restart kills the server (SIGKILL: no chance to save) and starts it again
+// on the same port, directory and arguments.
+func (s *redisServer) restart(t testing.TB) {
+	t.Helper()
+	s.stop()
+	s.cmd = exec.Command(s.bin, s.argv...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("restart redis-server: %v", err)
+	}
+	if err := s.waitReady(10 * time.Second); err != nil {
+		t.Fatalf("redis-server did not restart: %v", err)
+	}
+}
+
+// signal sends sig (SIGSTOP, SIGCONT) to the server process.
+func (s *redisServer) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
 	}
 }
 

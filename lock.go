@@ -392,6 +392,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
 	}
+	sent := time.Now() // before the check, as in the watchdog
 	l.mu.Lock()
 	if l.state != stateActive {
 		err := l.errorLocked()
@@ -399,7 +400,6 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	l.mu.Unlock()
-	sent := time.Now()
 	n, err := refreshScript.Run(ctx, l.c.rdb, []string{l.key}, l.owner, l.ttlMS).Int64()
 	return l.renewed(sent, n == 1, err)
 }

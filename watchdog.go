@@ -142,13 +142,15 @@ func (w *watchdog) loop() {
 // request failed (until its local deadline ends it).
 func (w *watchdog) renew(batch []*Lease) {
 	defer w.goroutines.Done()
+	// The send time is taken before the check: a renewal goes out only for a
+	// lease that was still active at its send time (S4).
+	sent := time.Now()
 	live := batch[:0]
 	for _, l := range batch {
-		if l.active() { // no renewal for a lease that has ended
+		if l.active() {
 			live = append(live, l)
 		}
 	}
-	sent := time.Now()
 	oks, errs := w.send(live)
 	type requeue struct {
 		l  *Lease
