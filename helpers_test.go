@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +24,27 @@ import (
 const requireServersEnv = "REDLEASE_REQUIRE_SERVERS"
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(afterAllM{m})
+}
+
+// afterAll holds functions that run once after the last test, before the
+// leak check: they stop servers that the tests of one binary share.
+var afterAll struct {
+	sync.Mutex
+	fns []func()
+}
+
+// afterAllM runs the tests, then afterAll's functions, last added first.
+type afterAllM struct{ m *testing.M }
+
+func (a afterAllM) Run() int {
+	code := a.m.Run()
+	afterAll.Lock()
+	defer afterAll.Unlock()
+	for i := len(afterAll.fns) - 1; i >= 0; i-- {
+		afterAll.fns[i]()
+	}
+	return code
 }
 
 // newMini starts a miniredis server and returns it with a client of it.
