@@ -4,11 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -185,59 +182,24 @@ func TestSQLGuardConcurrentFencesNeverGoBack(t *testing.T) {
 		g := d.newGuard(t)
 		d.exec(t, "CREATE TABLE accepted (id "+d.serial+", fence BIGINT NOT NULL, owner TEXT NOT NULL)")
 		const workers, perWorker = 8, 20
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			refused []*StaleFenceError
-			errs    []error
-		)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(w), 7))
-				for range perWorker {
-					fence, owner := rng.Int64N(40)+1, fmt.Sprintf("o%d", rng.IntN(2))
-					err := fencedTx(ctx, d.db, g, "r", fence, owner, func(tx *sql.Tx) error {
-						_, err := tx.ExecContext(ctx, d.q("INSERT INTO accepted (fence, owner) VALUES ($1, $2)"), fence, owner)
-						return err
-					})
-					mu.Lock()
-					var stale *StaleFenceError
-					if errors.As(err, &stale) {
-						refused = append(refused, stale)
-					} else if err != nil {
-						errs = append(errs, err)
-					}
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		require.Empty(t, errs)
+		refused := raceFences(t, workers, perWorker, 40, func(fence int64, owner string) error {
+			return fencedTx(ctx, d.db, g, "r", fence, owner, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, d.q("INSERT INTO accepted (fence, owner) VALUES ($1, $2)"), fence, owner)
+				return err
+			})
+		})
 
 		rows, err := d.db.QueryContext(ctx, "SELECT fence, owner FROM accepted ORDER BY id")
 		require.NoError(t, err)
 		defer rows.Close()
-		var prevFence int64
-		var prevOwner string
-		accepted := 0
+		var accepted []token
 		for rows.Next() {
-			var f int64
-			var o string
-			require.NoError(t, rows.Scan(&f, &o))
-			require.True(t, admits(f, o, prevFence, prevOwner),
-				"accepted write %d (%d, %s) after (%d, %s)", accepted, f, o, prevFence, prevOwner)
-			prevFence, prevOwner = f, o
-			accepted++
+			var a token
+			require.NoError(t, rows.Scan(&a.fence, &a.owner))
+			accepted = append(accepted, a)
 		}
 		require.NoError(t, rows.Err())
-		require.Equal(t, workers*perWorker, accepted+len(refused))
-		require.Greater(t, accepted, 1)
-		require.NotEmpty(t, refused)
-		for _, s := range refused {
-			require.False(t, admits(s.Fence, s.Owner, s.Newest, s.NewestOwner), "refused %+v", *s)
-		}
+		requireNeverBack(t, accepted, refused, workers*perWorker)
 	})
 }
 
