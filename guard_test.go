@@ -1,11 +1,13 @@
 package redlease
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -70,4 +72,27 @@ func requireNeverBack(t *testing.T, accepted []token, refused []*StaleFenceError
 	for _, s := range refused {
 		require.False(t, admits(s.Fence, s.Owner, s.Newest, s.NewestOwner), "refused %+v", *s)
 	}
+}
+
+// staleAndCurrent sets up the seeds' story on real leases of "invoice:42": A
+// takes the lease with fence 33 and freezes past its TTL (Redis's clock jumps
+// 31 s, A's own does not, so A still believes it holds the lease); then B
+// takes it over with fence 34. B's lease is released when the test ends.
+func staleAndCurrent(t *testing.T) (a, b *Lease) {
+	t.Helper()
+	ctx := t.Context()
+	mr, rdb := newMini(t)
+	locks := New(rdb, WithTTL(30*time.Second), WithAutoRenew(false))
+	_, err := locks.AdvanceFence(ctx, "invoice:42", 32)
+	require.NoError(t, err)
+	a, err = locks.TryAcquire(ctx, "invoice:42")
+	require.NoError(t, err)
+	require.Equal(t, int64(33), a.Fence())
+	mr.FastForward(31 * time.Second)
+	require.NoError(t, a.Context().Err(), "A still believes it holds the lease")
+	b, err = locks.TryAcquire(ctx, "invoice:42")
+	require.NoError(t, err)
+	require.Equal(t, int64(34), b.Fence())
+	t.Cleanup(func() { _ = b.Release(context.Background()) })
+	return a, b
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
@@ -89,11 +88,6 @@ func fencedTx(ctx context.Context, db *sql.DB, g *SQLGuard, resource string, fen
 func TestSQLGuardDoublePaymentStory(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d dialectDB) {
 		ctx := t.Context()
-		mr, rdb := newMini(t)
-		locks := New(rdb, WithTTL(30*time.Second), WithAutoRenew(false))
-		_, err := locks.AdvanceFence(ctx, "invoice:42", 32)
-		require.NoError(t, err)
-
 		g := d.newGuard(t)
 		d.exec(t, "CREATE TABLE charges (id "+d.serial+", invoice TEXT NOT NULL, fence BIGINT NOT NULL)")
 		pay := func(l *Lease) error {
@@ -103,18 +97,10 @@ func TestSQLGuardDoublePaymentStory(t *testing.T) {
 			})
 		}
 
-		a, err := locks.TryAcquire(ctx, "invoice:42")
-		require.NoError(t, err)
-		require.Equal(t, int64(33), a.Fence())
-
-		mr.FastForward(31 * time.Second) // A is frozen: Redis expires its lease, A's own clock stands still
-		require.NoError(t, a.Context().Err(), "A still believes it holds the lease")
-		b, err := locks.TryAcquire(ctx, "invoice:42")
-		require.NoError(t, err)
-		require.Equal(t, int64(34), b.Fence())
+		a, b := staleAndCurrent(t)
 		require.NoError(t, pay(b))
 
-		err = pay(a) // A wakes up
+		err := pay(a) // A wakes up
 		require.ErrorIs(t, err, ErrStaleFence)
 		var stale *StaleFenceError
 		require.ErrorAs(t, err, &stale)
