@@ -101,15 +101,19 @@ func launchPostgres() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	started := false
+	defer func() {
+		if !started {
+			_ = os.RemoveAll(dir)
+		}
+	}()
 	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // do not outlive a test binary that crashes
 	if os.Geteuid() == 0 {
 		cred, err := postgresUser()
 		if err != nil {
-			_ = os.RemoveAll(dir)
 			return "", err
 		}
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			_ = os.RemoveAll(dir)
 			return "", err
 		}
 		attr.Credential = cred
@@ -119,13 +123,16 @@ func launchPostgres() (string, error) {
 		"-E", "UTF8", "--locale=C", "--no-sync")
 	initdb.Dir, initdb.SysProcAttr = dir, attr
 	if out, err := initdb.CombinedOutput(); err != nil {
-		_ = os.RemoveAll(dir)
 		return "", fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	logPath := filepath.Join(dir, "postgres.log")
 	var lastErr error
 	for range 5 { // a port picked free may be taken before postgres binds it
-		port := strconv.Itoa(freePortNoTest())
+		p, err := freePortNoTest()
+		if err != nil {
+			return "", err
+		}
+		port := strconv.Itoa(p)
 		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
 		if err != nil {
 			return "", err
@@ -137,13 +144,13 @@ func launchPostgres() (string, error) {
 		err = cmd.Start()
 		_ = logf.Close()
 		if err != nil {
-			_ = os.RemoveAll(dir)
 			return "", fmt.Errorf("start postgres: %w", err)
 		}
 		exited := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(exited) }()
 		addr := net.JoinHostPort("127.0.0.1", port)
 		if lastErr = waitPostgres(addr, exited, 30*time.Second); lastErr == nil {
+			started = true
 			afterAll.Lock()
 			afterAll.fns = append(afterAll.fns, func() { stopPostgres(cmd, exited); _ = os.RemoveAll(dir) })
 			afterAll.Unlock()
@@ -152,7 +159,6 @@ func launchPostgres() (string, error) {
 		stopPostgres(cmd, exited)
 	}
 	log, _ := os.ReadFile(logPath)
-	_ = os.RemoveAll(dir)
 	return "", fmt.Errorf("postgres did not start: %v\n%s", lastErr, log)
 }
 
@@ -210,11 +216,11 @@ func stopPostgres(cmd *exec.Cmd, exited <-chan struct{}) {
 }
 
 // freePortNoTest is freePort for code that runs outside one test.
-func freePortNoTest() int {
+func freePortNoTest() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
