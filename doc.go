@@ -33,6 +33,17 @@
 // <prefix>{R}:fence (the counter, without a TTL). The prefix defaults to
 // "redlease:". Plain, Sentinel (failover) and cluster clients all work.
 //
+// # Protecting the resource
+//
+// The guards check fences at the resource, in the same atomic step as the
+// write, by one rule: a write is accepted iff its fence is greater than the
+// newest the resource has accepted, or equal to it and presented by the same
+// owner. SQLGuard (a guard table, checked inside the caller's transaction)
+// and RowGuard (a fence column in each row) serve SQL databases; RedisGuard
+// and FencedScript data in Redis; HTTPGuard, with a MemoryFenceStore or a
+// RedisFenceStore, HTTP services. A refusal is a *StaleFenceError. When the
+// fence counter went back, Client.AdvanceFence repairs it.
+//
 // # Guarantees
 //
 // On one Redis deployment that loses no data (no failover, no restart

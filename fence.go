@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"database/sql"
+	_ "embed"
 	"errors"
 	"fmt"
 	"regexp"
@@ -97,6 +98,52 @@ func (s *SequenceFences) NextFence(ctx context.Context, _ string) (int64, error)
 	var n int64
 	if err := s.db.QueryRowContext(ctx, "SELECT nextval($1::regclass)", s.name).Scan(&n); err != nil {
 		return 0, fmt.Errorf("redlease: nextval(%s): %w", s.name, err)
+	}
+	return n, nil
+}
+
+//go:embed advance.lua
+var advanceSrc string
+
+var advanceScript = redis.NewScript(advanceSrc)
+
+// AdvanceFence moves the fence counter of resource forward to at least
+// atLeast, atomically, and returns the counter's value afterwards. It never
+// moves the counter back: if the counter is already at atLeast or above, it
+// is left as it is and its value returned. The next acquisition of resource
+// then gets a fence above the returned value.
+//
+// It is the repair for a counter that went back (a failover to a replica that
+// had not received the last INCR, a restart without persistence, a FLUSHALL):
+// a guard then refuses every new holder with a *StaleFenceError whose Newest
+// is the newest fence it accepted, and
+//
+//	client.AdvanceFence(ctx, resource, staleErr.Newest)
+//
+// lets the next holder through. If several guards protect the resource, pass
+// the largest Newest among them. It does not change a lease that is already
+// held: its fence stays what it was, and stays refused.
+//
+// atLeast must be in 1..MaxFence (Lua compares it as a double); other values,
+// and the option errors of an acquire, return ErrInvalidArgument before any
+// round trip. The options matter only through WithPrefix, which names the
+// counter's key.
+func (c *Client) AdvanceFence(ctx context.Context, resource string, atLeast int64, opts ...Option) (int64, error) {
+	cfg, err := c.leaseConfig([]string{resource}, opts)
+	if err != nil {
+		return 0, err
+	}
+	if atLeast < 1 || atLeast > MaxFence {
+		return 0, fmt.Errorf("redlease: advance fence of %q: %w",
+			resource, invalidf("%d is not in 1..MaxFence (2^53)", atLeast))
+	}
+	s, err := advanceScript.Run(ctx, c.rdb, []string{cfg.key(resource, "fence")}, atLeast).Text()
+	if err != nil {
+		return 0, requestError("advance fence of", resource, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redlease: advance fence of %q: counter reads %q: %w", resource, s, err)
 	}
 	return n, nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,10 +26,27 @@ const requireServersEnv = "REDLEASE_REQUIRE_SERVERS"
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{}) // go-redis logs Sentinel and reconnect chatter
 	code := m.Run()
+	runAfterAll()
 	if code == 0 {
 		code = checkLeaks(5 * time.Second)
 	}
 	os.Exit(code)
+}
+
+// afterAll holds functions that run once after the last test, before the
+// leak check: they stop servers that the tests of one binary share.
+var afterAll struct {
+	sync.Mutex
+	fns []func()
+}
+
+// runAfterAll runs afterAll's functions, last added first.
+func runAfterAll() {
+	afterAll.Lock()
+	defer afterAll.Unlock()
+	for i := len(afterAll.fns) - 1; i >= 0; i-- {
+		afterAll.fns[i]()
+	}
 }
 
 // checkLeaks reports goroutines that are still running limit after the tests

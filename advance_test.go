@@ -1,0 +1,119 @@
+package redlease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestAdvanceFenceNeverMovesBack(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	ctx := t.Context()
+
+	n, err := c.AdvanceFence(ctx, "r", 10)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), n, "an absent counter is created")
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(11), l.Fence())
+	require.NoError(t, l.Release(ctx))
+
+	for _, atLeast := range []int64{1, 5, 11} {
+		n, err = c.AdvanceFence(ctx, "r", atLeast)
+		require.NoError(t, err)
+		require.Equal(t, int64(11), n, "AdvanceFence(%d)", atLeast)
+	}
+	n, err = c.AdvanceFence(ctx, "r", 12)
+	require.NoError(t, err)
+	require.Equal(t, int64(12), n)
+	last, err := c.LastFence(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(12), last)
+	ttl, err := rdb.PTTL(ctx, "redlease:{r}:fence").Result()
+	require.NoError(t, err)
+	require.Negative(t, ttl, "the counter still has no TTL")
+
+	// The prefix names the counter; MaxFence itself is exact.
+	n, err = c.AdvanceFence(ctx, "r", MaxFence, WithPrefix("other:"))
+	require.NoError(t, err)
+	require.Equal(t, MaxFence, n)
+	v, err := rdb.Get(ctx, "other:{r}:fence").Int64()
+	require.NoError(t, err)
+	require.Equal(t, MaxFence, v)
+	last, err = c.LastFence(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(12), last, "the default prefix's counter is untouched")
+
+	require.NoError(t, rdb.Set(ctx, "redlease:{bad}:fence", "abc", 0).Err())
+	_, err = c.AdvanceFence(ctx, "bad", 3)
+	require.ErrorContains(t, err, "non-integer")
+}
+
+func TestAdvanceFenceRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
+	_, rdb := newMini(t)
+	h := &countingHook{}
+	rdb.AddHook(h)
+	c := New(rdb)
+	for _, atLeast := range []int64{0, -1, MaxFence + 1, 1<<63 - 1} {
+		_, err := c.AdvanceFence(t.Context(), "r", atLeast)
+		require.ErrorIs(t, err, ErrInvalidArgument, "AdvanceFence(%d)", atLeast)
+	}
+	_, err := c.AdvanceFence(t.Context(), "", 5)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = (*Client)(nil).AdvanceFence(t.Context(), "r", 5)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = New(nil).AdvanceFence(t.Context(), "r", 5)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Zero(t, h.cmds.Load(), "no command was sent")
+}
+
+// The repair story: a guard has accepted fence 3; the lock's Redis loses its
+// counter; new holders draw 1, 2, 3 again and the guard refuses them all (3
+// because another owner already wrote with it); AdvanceFence to the Newest
+// the guard reported lets the next holder through with 4.
+func TestIntegrationAdvanceFenceRepairsACounterThatWentBack(t *testing.T) {
+	ctx := t.Context()
+	lockRdb := startRedis(t).Client(t)
+	locks := New(lockRdb, WithTTL(5*time.Second))
+	guard := NewRedisGuard(startRedis(t).Client(t)) // the resource's own Redis
+	const resource, key = "report:9", "{report:9}:body"
+	write := func(l *Lease) error { return guard.Set(ctx, key, l.Owner(), 0, l.Fence(), l.Owner()) }
+	holder := func(wantFence int64) *Lease {
+		t.Helper()
+		l, err := locks.TryAcquire(ctx, resource)
+		require.NoError(t, err)
+		require.Equal(t, wantFence, l.Fence())
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+		return l
+	}
+
+	for fence := int64(1); fence <= 3; fence++ {
+		l := holder(fence)
+		require.NoError(t, write(l))
+		require.NoError(t, l.Release(ctx))
+	}
+
+	require.NoError(t, lockRdb.FlushAll(ctx).Err()) // as a restart without persistence would
+
+	var stale *StaleFenceError
+	for fence := int64(1); fence <= 3; fence++ {
+		l := holder(fence)
+		require.ErrorAs(t, write(l), &stale, "fence %d", fence)
+		require.Equal(t, int64(3), stale.Newest)
+		require.NotEqual(t, l.Owner(), stale.NewestOwner)
+		require.NoError(t, l.Release(ctx))
+	}
+
+	n, err := locks.AdvanceFence(ctx, resource, stale.Newest)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+	l := holder(4)
+	require.NoError(t, write(l))
+	got, err := guard.rdb.Get(ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, l.Owner(), got)
+	require.NoError(t, l.Release(ctx))
+}

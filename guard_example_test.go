@@ -1,0 +1,248 @@
+package redlease_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/redlease/redlease"
+)
+
+// exampleSQLite opens an in-memory SQLite database (one connection, so that
+// every statement sees the same database).
+func exampleSQLite() *sql.DB {
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	return db
+}
+
+// Check the lease's fence first, in the same transaction as the write it
+// protects: the guard's row lock then orders fenced transactions, and a stale
+// holder's write is never committed.
+func ExampleSQLGuard() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	db := exampleSQLite()
+	defer db.Close()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+
+	guard, err := redlease.NewSQLGuard(redlease.DialectSQLite, "fence_guard")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := guard.CreateTable(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "CREATE TABLE charges (invoice TEXT, fence INTEGER)"); err != nil {
+		log.Fatal(err)
+	}
+
+	pay := func(lease *redlease.Lease) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := guard.Check(ctx, tx, lease.Resource(), lease.Fence(), lease.Owner()); err != nil {
+			return err // errors.Is(err, redlease.ErrStaleFence): roll back, write nothing
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO charges VALUES (?, ?)", "42", lease.Fence()); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+
+	a, _ := locks.Acquire(ctx, "invoice:42")
+	_ = a.Release(ctx) // stands in for A pausing past its TTL
+	b, _ := locks.Acquire(ctx, "invoice:42")
+	defer b.Release(ctx)
+
+	fmt.Println("B:", pay(b))
+	err = pay(a)
+	fmt.Println("A:", err)
+	var stale *redlease.StaleFenceError
+	if errors.As(err, &stale) {
+		fmt.Println("newest accepted:", stale.Newest)
+	}
+	var charges int
+	_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM charges").Scan(&charges)
+	fmt.Println("charges:", charges)
+	// Output:
+	// B: <nil>
+	// A: redlease: stale fence 1 for "invoice:42": newest accepted is 2
+	// newest accepted: 2
+	// charges: 1
+}
+
+// The per-row pattern: the row keeps the fence of its last write, and the
+// fenced UPDATE is the check. When it changes nothing, Verify says why.
+func ExampleRowGuard() {
+	db := exampleSQLite()
+	defer db.Close()
+	ctx := context.Background()
+	_, err := db.ExecContext(ctx, `CREATE TABLE invoices (id INTEGER PRIMARY KEY, state TEXT NOT NULL,
+		last_fence INTEGER NOT NULL DEFAULT 0, last_owner TEXT NOT NULL DEFAULT '');
+		INSERT INTO invoices (id, state) VALUES (42, 'pending')`)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rows, err := redlease.NewRowGuard(redlease.DialectSQLite, "invoices", "id", "last_fence", "last_owner")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	pay := func(id, fence int64, owner string) error {
+		res, err := db.ExecContext(ctx, `UPDATE invoices SET state = 'paid', last_fence = ?2, last_owner = ?3
+			WHERE id = ?1 AND state = 'pending' AND `+rows.Cond(2), id, fence, owner)
+		if err != nil {
+			return err
+		}
+		return rows.Verify(ctx, db, res, id, fence, owner)
+	}
+
+	fmt.Println("B, fence 34:", pay(42, 34, "owner-B"))
+	fmt.Println("A, fence 33:", pay(42, 33, "owner-A"))
+	fmt.Println("B again:", pay(42, 34, "owner-B"))
+	fmt.Println("no such invoice:", pay(7, 35, "owner-C"))
+	// Output:
+	// B, fence 34: <nil>
+	// A, fence 33: redlease: stale fence 33 for "invoices/42": newest accepted is 34
+	// B again: redlease: no row matched: row 42 of invoices is not in the state the update requires
+	// no such invoice: redlease: no row matched: invoices has no row 7
+}
+
+// Fenced writes to data kept in Redis: the check and the write are one
+// script, on the data's Redis.
+func ExampleRedisGuard() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+	guard := redlease.NewRedisGuard(rdb) // the data may live on another Redis
+
+	a, _ := locks.Acquire(ctx, "report:7")
+	_ = a.Release(ctx) // stands in for A pausing past its TTL
+	b, _ := locks.Acquire(ctx, "report:7")
+	defer b.Release(ctx)
+
+	fmt.Println("B:", guard.Set(ctx, "{report:7}:body", "written by B", 0, b.Fence(), b.Owner()))
+	fmt.Println("A:", guard.Set(ctx, "{report:7}:body", "written by A", 0, a.Fence(), a.Owner()))
+	body, _ := rdb.Get(ctx, "{report:7}:body").Result()
+	fmt.Println("body:", body)
+	// Output:
+	// B: <nil>
+	// A: redlease: stale fence 1 for "{report:7}:body": newest accepted is 2
+	// body: written by B
+}
+
+// A write of your own behind the fence check: the body sees its own KEYS and
+// ARGV, and runs only if the fence is admitted.
+func ExampleNewFencedScript() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	withdraw := redlease.NewFencedScript(`
+local balance = tonumber(redis.call('GET', KEYS[1]) or '0')
+if balance < tonumber(ARGV[1]) then
+  return redis.error_reply('insufficient funds')
+end
+return redis.call('DECRBY', KEYS[1], ARGV[1])`)
+	rdb.Set(ctx, "{acct:9}:balance", 100, 0)
+
+	left, err := withdraw.Run(ctx, rdb, []string{"{acct:9}:balance"}, 5, "owner-B", 30).Int64()
+	fmt.Println(left, err)
+	_, err = withdraw.Run(ctx, rdb, []string{"{acct:9}:balance"}, 4, "owner-A", 30).Int64()
+	fmt.Println(errors.Is(err, redlease.ErrStaleFence))
+	// Output:
+	// 70 <nil>
+	// true
+}
+
+// A gateway in front of a service that cannot check fences: the holder sends
+// its token in headers, the gateway answers 409 to a stale one.
+func ExampleHTTPGuard() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+
+	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "paid") // the legacy service's write
+	})
+	guard := redlease.HTTPGuard{Store: &redlease.MemoryFenceStore{}}
+	gateway := httptest.NewServer(guard.Wrap(pay))
+	defer gateway.Close()
+
+	send := func(lease *redlease.Lease) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/pay", nil)
+		redlease.SetFenceHeaders(req.Header, lease)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		fmt.Println(resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+
+	a, _ := locks.Acquire(ctx, "invoice:42")
+	_ = a.Release(ctx) // stands in for A pausing past its TTL
+	b, _ := locks.Acquire(ctx, "invoice:42")
+	defer b.Release(ctx)
+	send(b)
+	send(a)
+	// Output:
+	// 200 paid
+	// 409 redlease: stale fence 1 for "invoice:42": newest accepted is 2
+}
+
+// Repair after the fence counter went back (here: the lock's Redis was
+// flushed): every new holder is refused until the counter is moved past the
+// newest fence the resource accepted.
+func ExampleClient_AdvanceFence() {
+	lockRdb, stopLocks := exampleRedis()
+	defer stopLocks()
+	dataRdb, stopData := exampleRedis()
+	defer stopData()
+	ctx := context.Background()
+	locks := redlease.New(lockRdb)
+	guard := redlease.NewRedisGuard(dataRdb)
+	write := func() error {
+		lease, err := locks.Acquire(ctx, "report:7")
+		if err != nil {
+			return err
+		}
+		defer lease.Release(ctx)
+		return guard.Set(ctx, "{report:7}:body", "text", 0, lease.Fence(), lease.Owner())
+	}
+
+	for range 3 {
+		_ = write()
+	}
+	lockRdb.FlushAll(ctx) // the counter is lost, as in a restart without persistence
+
+	err := write()
+	fmt.Println(err)
+	var stale *redlease.StaleFenceError
+	if errors.As(err, &stale) {
+		n, _ := locks.AdvanceFence(ctx, "report:7", stale.Newest)
+		fmt.Println("counter advanced to", n)
+	}
+	fmt.Println("next write:", write())
+	// Output:
+	// redlease: stale fence 1 for "{report:7}:body": newest accepted is 3
+	// counter advanced to 3
+	// next write: <nil>
+}

@@ -1,0 +1,316 @@
+package redlease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite"
+)
+
+// openSQLite returns a pool on a new SQLite file whose transactions begin
+// IMMEDIATE (taking the write lock) and wait for it instead of failing.
+func openSQLite(t testing.TB) *sql.DB {
+	t.Helper()
+	dsn := "file:" + filepath.Join(t.TempDir(), "test.db") +
+		"?_txlock=immediate&_pragma=busy_timeout(30000)&_pragma=journal_mode(WAL)"
+	db, err := sql.Open("sqlite", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// forEachDialect runs f on a fresh SQLite database and on a fresh PostgreSQL
+// database, each with the SQL that differs between them.
+func forEachDialect(t *testing.T, f func(t *testing.T, d dialectDB)) {
+	t.Run("sqlite", func(t *testing.T) {
+		f(t, dialectDB{SQLDialect: DialectSQLite, db: openSQLite(t), serial: "INTEGER PRIMARY KEY AUTOINCREMENT"})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		f(t, dialectDB{SQLDialect: DialectPostgres, db: startPostgres(t), serial: "BIGSERIAL PRIMARY KEY"})
+	})
+}
+
+type dialectDB struct {
+	SQLDialect
+	db     *sql.DB
+	serial string // an auto-incrementing primary key column type
+}
+
+// q rewrites a statement written with $n placeholders (n < 10) for the dialect.
+func (d dialectDB) q(s string) string {
+	if d.SQLDialect == DialectSQLite {
+		return strings.NewReplacer("$", "?").Replace(s)
+	}
+	return s
+}
+
+func (d dialectDB) exec(t testing.TB, query string, args ...any) {
+	t.Helper()
+	_, err := d.db.ExecContext(context.Background(), d.q(query), args...)
+	require.NoError(t, err, query)
+}
+
+// newGuard creates the guard's table and returns the guard.
+func (d dialectDB) newGuard(t testing.TB) *SQLGuard {
+	t.Helper()
+	g, err := NewSQLGuard(d.SQLDialect, "fence_guard")
+	require.NoError(t, err)
+	require.NoError(t, g.CreateTable(t.Context(), d.db))
+	return g
+}
+
+// fencedTx runs write in a transaction behind g.Check, and commits only if
+// both succeed.
+func fencedTx(ctx context.Context, db *sql.DB, g *SQLGuard, resource string, fence int64, owner string,
+	write func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := g.Check(ctx, tx, resource, fence, owner); err != nil {
+		return err
+	}
+	if err := write(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// The seeds' story: A draws fence 33 and freezes past its TTL; B takes over
+// with 34 and pays; A wakes up and pays too. The guard refuses A, and the
+// invoice is charged exactly once.
+func TestSQLGuardDoublePaymentStory(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d dialectDB) {
+		ctx := t.Context()
+		g := d.newGuard(t)
+		d.exec(t, "CREATE TABLE charges (id "+d.serial+", invoice TEXT NOT NULL, fence BIGINT NOT NULL)")
+		pay := func(l *Lease) error {
+			return fencedTx(ctx, d.db, g, l.Resource(), l.Fence(), l.Owner(), func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, d.q("INSERT INTO charges (invoice, fence) VALUES ($1, $2)"), "42", l.Fence())
+				return err
+			})
+		}
+
+		a, b := staleAndCurrent(t)
+		require.NoError(t, pay(b))
+
+		err := pay(a) // A wakes up
+		require.ErrorIs(t, err, ErrStaleFence)
+		var stale *StaleFenceError
+		require.ErrorAs(t, err, &stale)
+		require.Equal(t, StaleFenceError{Resource: "invoice:42", Fence: 33, Owner: a.Owner(),
+			Newest: 34, NewestOwner: b.Owner()}, *stale)
+
+		var n, fence int64
+		require.NoError(t, d.db.QueryRowContext(ctx, "SELECT COUNT(*), MAX(fence) FROM charges").Scan(&n, &fence))
+		require.Equal(t, int64(1), n, "charged exactly once")
+		require.Equal(t, int64(34), fence, "by B")
+		require.NoError(t, b.Release(ctx))
+		require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+	})
+}
+
+// The fencing rule, step by step on one resource: equal fences pass only for
+// the owner recorded with them, and a refused check changes nothing.
+func TestSQLGuardEqualFenceRule(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d dialectDB) {
+		g := d.newGuard(t)
+		steps := []struct {
+			fence         int64
+			owner         string
+			newest        int64 // 0: accepted
+			newestOwner   string
+			afterFence    int64
+			afterOwnerStr string
+		}{
+			{fence: 5, owner: "a", afterFence: 5, afterOwnerStr: "a"},
+			{fence: 5, owner: "a", afterFence: 5, afterOwnerStr: "a"}, // the same holder writes again
+			{fence: 5, owner: "b", newest: 5, newestOwner: "a", afterFence: 5, afterOwnerStr: "a"},
+			{fence: 4, owner: "a", newest: 5, newestOwner: "a", afterFence: 5, afterOwnerStr: "a"},
+			{fence: 6, owner: "b", afterFence: 6, afterOwnerStr: "b"},
+			{fence: 6, owner: "a", newest: 6, newestOwner: "b", afterFence: 6, afterOwnerStr: "b"},
+			{fence: 6, owner: "b", afterFence: 6, afterOwnerStr: "b"},
+			{fence: 1 << 62, owner: "c", afterFence: 1 << 62, afterOwnerStr: "c"},
+		}
+		for i, s := range steps {
+			err := fencedTx(t.Context(), d.db, g, "r", s.fence, s.owner, func(*sql.Tx) error { return nil })
+			if s.newest == 0 {
+				require.NoError(t, err, "step %d", i)
+			} else {
+				var stale *StaleFenceError
+				require.ErrorAs(t, err, &stale, "step %d", i)
+				require.Equal(t, StaleFenceError{Resource: "r", Fence: s.fence, Owner: s.owner,
+					Newest: s.newest, NewestOwner: s.newestOwner}, *stale, "step %d", i)
+			}
+			var f int64
+			var o string
+			require.NoError(t, d.db.QueryRow(d.q("SELECT fence, owner FROM fence_guard WHERE resource = $1"), "r").Scan(&f, &o))
+			require.Equal(t, s.afterFence, f, "step %d", i)
+			require.Equal(t, s.afterOwnerStr, o, "step %d", i)
+		}
+		// Another resource has a row of its own.
+		require.NoError(t, fencedTx(t.Context(), d.db, g, "other", 1, "z", func(*sql.Tx) error { return nil }))
+	})
+}
+
+// Many goroutines run fenced transactions with random fences and owners at
+// once; each accepted transaction appends to a log. The log, in insertion
+// (= commit) order, never goes back, and every refusal was by the rule.
+func TestSQLGuardConcurrentFencesNeverGoBack(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d dialectDB) {
+		ctx := t.Context()
+		g := d.newGuard(t)
+		d.exec(t, "CREATE TABLE accepted (id "+d.serial+", fence BIGINT NOT NULL, owner TEXT NOT NULL)")
+		const workers, perWorker = 8, 20
+		refused := raceFences(t, workers, perWorker, 40, func(fence int64, owner string) error {
+			return fencedTx(ctx, d.db, g, "r", fence, owner, func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, d.q("INSERT INTO accepted (fence, owner) VALUES ($1, $2)"), fence, owner)
+				return err
+			})
+		})
+
+		rows, err := d.db.QueryContext(ctx, "SELECT fence, owner FROM accepted ORDER BY id")
+		require.NoError(t, err)
+		defer rows.Close()
+		var accepted []token
+		for rows.Next() {
+			var a token
+			require.NoError(t, rows.Scan(&a.fence, &a.owner))
+			accepted = append(accepted, a)
+		}
+		require.NoError(t, rows.Err())
+		requireNeverBack(t, accepted, refused, workers*perWorker)
+	})
+}
+
+// The per-row pattern on the same story: the fenced UPDATE itself is the
+// check, and a write that changes nothing is explained: stale fence, row in
+// another state, or no such row.
+func TestRowGuardTellsStaleFromOtherState(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d dialectDB) {
+		ctx := t.Context()
+		d.exec(t, `CREATE TABLE invoices (id BIGINT PRIMARY KEY, state TEXT NOT NULL,
+			last_fence BIGINT NOT NULL DEFAULT 0, last_owner TEXT NOT NULL DEFAULT '')`)
+		d.exec(t, "INSERT INTO invoices (id, state) VALUES (42, 'pending'), (43, 'pending')")
+		rows, err := NewRowGuard(d.SQLDialect, "invoices", "id", "last_fence", "last_owner")
+		require.NoError(t, err)
+		pay := func(id, fence int64, owner string) error {
+			res, err := d.db.ExecContext(ctx, `UPDATE invoices SET state = 'paid', last_fence = `+
+				d.placeholder(2)+`, last_owner = `+d.placeholder(3)+
+				` WHERE id = `+d.placeholder(1)+` AND state = 'pending' AND `+rows.Cond(2), id, fence, owner)
+			if err != nil {
+				return err
+			}
+			return rows.Verify(ctx, d.db, res, id, fence, owner)
+		}
+		touch := func(id, fence int64, owner string) error { // a write that any state allows
+			res, err := d.db.ExecContext(ctx, `UPDATE invoices SET last_fence = `+d.placeholder(2)+
+				`, last_owner = `+d.placeholder(3)+` WHERE id = `+d.placeholder(1)+` AND `+rows.Cond(2), id, fence, owner)
+			if err != nil {
+				return err
+			}
+			return rows.Verify(ctx, d.db, res, id, fence, owner)
+		}
+
+		require.NoError(t, pay(42, 34, "B"))
+		err = pay(42, 33, "A") // the stale holder
+		var stale *StaleFenceError
+		require.ErrorAs(t, err, &stale)
+		require.Equal(t, StaleFenceError{Resource: "invoices/42", Fence: 33, Owner: "A", Newest: 34, NewestOwner: "B"}, *stale)
+		require.NotErrorIs(t, err, ErrNoRowMatched)
+
+		err = pay(42, 34, "B") // B again: its fence is fine, the invoice is no longer pending
+		require.ErrorIs(t, err, ErrNoRowMatched)
+		require.NotErrorIs(t, err, ErrStaleFence)
+		require.ErrorIs(t, pay(42, 35, "C"), ErrNoRowMatched)
+		require.ErrorIs(t, pay(99, 35, "C"), ErrNoRowMatched, "no such row")
+
+		require.NoError(t, touch(42, 34, "B"), "equal fence, same owner")
+		require.ErrorIs(t, touch(42, 34, "X"), ErrStaleFence, "equal fence, other owner")
+		require.NoError(t, pay(43, 1, "A"), "each row has its own fence")
+
+		var state string
+		var fence int64
+		require.NoError(t, d.db.QueryRow("SELECT state, last_fence FROM invoices WHERE id = 42").Scan(&state, &fence))
+		require.Equal(t, "paid", state)
+		require.Equal(t, int64(34), fence)
+
+		// The strict pattern, without an owner column: each fence once per row.
+		strict, err := NewRowGuard(d.SQLDialect, "invoices", "id", "last_fence", "")
+		require.NoError(t, err)
+		bump := func(id, fence int64) error {
+			res, err := d.db.ExecContext(ctx, `UPDATE invoices SET last_fence = `+d.placeholder(2)+
+				` WHERE id = `+d.placeholder(1)+` AND `+strict.Cond(2), id, fence)
+			if err != nil {
+				return err
+			}
+			return strict.Verify(ctx, d.db, res, id, fence, "")
+		}
+		require.NoError(t, bump(42, 35))
+		require.ErrorIs(t, bump(42, 35), ErrStaleFence)
+		require.ErrorIs(t, bump(42, 2), ErrStaleFence)
+		require.ErrorIs(t, bump(99, 36), ErrNoRowMatched)
+	})
+}
+
+// fakeTx fails the test if a guard sends it a statement.
+type fakeTx struct{ t *testing.T }
+
+func (f fakeTx) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	f.t.Error("statement sent for invalid input")
+	return nil, errors.New("unexpected")
+}
+
+func (f fakeTx) QueryRowContext(context.Context, string, ...any) *sql.Row {
+	f.t.Error("query sent for invalid input")
+	return nil
+}
+
+func TestSQLGuardRejectsBadInputWithoutStatements(t *testing.T) {
+	for _, table := range []string{"", "a b", "x;drop table y", "1abc", "a.b.c", `"q"`, "a-b", "ä",
+		strings.Repeat("t", 70)} {
+		_, err := NewSQLGuard(DialectPostgres, table)
+		require.ErrorIs(t, err, ErrInvalidArgument, "table %q", table)
+		_, err = NewRowGuard(DialectSQLite, table, "id", "f", "o")
+		require.ErrorIs(t, err, ErrInvalidArgument, "table %q", table)
+	}
+	for _, table := range []string{"guards", "public.fence_guard", "_x1", "T"} {
+		_, err := NewSQLGuard(DialectSQLite, table)
+		require.NoError(t, err, "table %q", table)
+	}
+	_, err := NewSQLGuard("mysql", "guards")
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	for _, cols := range [][3]string{{"", "f", "o"}, {"id", "", "o"}, {"id", "f", "o o"}, {"id;", "f", ""}} {
+		_, err := NewRowGuard(DialectPostgres, "t", cols[0], cols[1], cols[2])
+		require.ErrorIs(t, err, ErrInvalidArgument, "columns %q", cols)
+	}
+
+	g, err := NewSQLGuard(DialectPostgres, "guards")
+	require.NoError(t, err)
+	tx := fakeTx{t}
+	for _, c := range []struct {
+		resource string
+		fence    int64
+		owner    string
+	}{{"", 1, "o"}, {"r", 0, "o"}, {"r", -1, "o"}, {"r", 1, ""}} {
+		require.ErrorIs(t, g.Check(t.Context(), tx, c.resource, c.fence, c.owner), ErrInvalidArgument, "%+v", c)
+	}
+	require.ErrorIs(t, g.Check(t.Context(), nil, "r", 1, "o"), ErrInvalidArgument)
+	require.ErrorIs(t, (*SQLGuard)(nil).Check(t.Context(), tx, "r", 1, "o"), ErrInvalidArgument)
+	require.ErrorIs(t, (*RowGuard)(nil).Explain(t.Context(), tx, 1, 1, "o"), ErrInvalidArgument)
+}
+
+func TestRowGuardCond(t *testing.T) {
+	pg, err := NewRowGuard(DialectPostgres, "t", "id", "last_fence", "last_owner")
+	require.NoError(t, err)
+	require.Equal(t, "(last_fence < $4 OR (last_fence = $4 AND last_owner = $5))", pg.Cond(4))
+	lite, err := NewRowGuard(DialectSQLite, "t", "id", "last_fence", "")
+	require.NoError(t, err)
+	require.Equal(t, "last_fence < ?2", lite.Cond(2))
+}
