@@ -41,7 +41,7 @@ func TestAcquireAllIsAllOrNothing(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "b")) == 1 })
 	require.NoError(t, held.Release(ctx)) // wakes the set's acquisition
-	ls := <-done
+	ls := recv(t, done, 30*time.Second)
 	require.Len(t, ls, 3)
 	for i, r := range []string{"a", "b", "c"} {
 		require.Equal(t, r, ls[i].Resource())
@@ -155,7 +155,7 @@ func TestElectionHandOverWhenLeaderStalls(t *testing.T) {
 	proxy.Blackhole() // A stalls: its renewals go nowhere
 	waitDone(t, termA.Context(), 10*time.Second)
 	require.ErrorIs(t, context.Cause(termA.Context()), ErrLeaseLost)
-	termB := <-elected
+	termB := recv(t, elected, 30*time.Second)
 	require.NotNil(t, termB)
 	require.Greater(t, termB.Fence(), termA.Fence(), "the new term has a higher fence")
 	leader, err = b.Leader(ctx)

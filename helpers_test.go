@@ -120,6 +120,7 @@ func startRedisConf(t testing.TB, conf string, args ...string) *redisServer {
 		argv = append(argv,
 			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--dir", dir, "--save", "", "--appendonly", "no",
+			"--repl-diskless-sync-delay", "0", // replicas sync at once, not after 5s
 			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)))
 		argv = append(argv, args...)
 		s.bin, s.argv = bin, argv
@@ -351,4 +352,31 @@ func waitDone(t testing.TB, ctx context.Context, limit time.Duration) {
 	case <-time.After(limit):
 		t.Fatalf("context not done after %v", limit)
 	}
+}
+
+// recv receives from ch, failing the test if nothing arrives within limit.
+func recv[T any](t testing.TB, ch <-chan T, limit time.Duration) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(limit):
+		t.Fatalf("nothing received within %v", limit)
+		var zero T
+		return zero
+	}
+}
+
+// waitReplicated waits until a replica of the master behind rdb acknowledges
+// writes (WAIT). A replica reported online may not have acknowledged yet.
+func waitReplicated(t testing.TB, rdb *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, func() bool {
+		if err := rdb.Set(ctx, "replication-probe", time.Now().UnixNano(), 0).Err(); err != nil {
+			return false
+		}
+		n, err := rdb.Wait(ctx, 1, 100*time.Millisecond).Result()
+		return err == nil && n >= 1
+	})
 }

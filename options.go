@@ -121,7 +121,8 @@ func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
 // write can still be lost if replicas lose it (no AOF fsync); renewals are not
 // waited for, so after a failover a lease may expire up to one renew interval
 // before its holder's local deadline. Fence checks at the resource remain the
-// safety net. timeout must stay below the Redis client's read timeout. Default
+// safety net. timeout must be below the lease's local lifetime (a longer WAIT
+// would outlive the lease) and the Redis client's read timeout. Default
 // n = 0: no waiting.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
@@ -192,6 +193,10 @@ func (c *config) validate() error {
 		return invalidf("replica count %d is negative", c.replicas)
 	case c.replicas > 0 && c.replicaTimeout < time.Millisecond:
 		return invalidf("replica ack timeout %v is below 1ms", c.replicaTimeout)
+	case c.replicas > 0 && c.replicaTimeout >= c.lifetime():
+		// A WAIT that runs out would always return after the lease's local
+		// deadline, and the lease would be given up anyway.
+		return invalidf("replica ack timeout %v is not below the lease's local lifetime %v", c.replicaTimeout, c.lifetime())
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package redlease
 
 import (
 	"net"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,10 +15,7 @@ func TestIntegrationReplicaAck(t *testing.T) {
 	replica := startRedis(t, "--replicaof", host, port)
 	rdb := master.Client(t)
 	ctx := t.Context()
-	waitFor(t, 20*time.Second, func() bool {
-		info, err := rdb.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
-	})
+	waitReplicated(t, rdb)
 	c := New(rdb, WithReplicaAck(1, 500*time.Millisecond))
 
 	l, err := c.TryAcquire(ctx, "r")

@@ -41,7 +41,9 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	srv := startRedis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
-	holder := New(rdb)
+	// Fair: without it, a waiter whose backoff timer fires just after the
+	// release may take the lease before the woken one.
+	holder := New(rdb, WithFair(true))
 	l, err := holder.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 
@@ -53,7 +55,7 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 
 	var waits []<-chan acquired
 	for i := range 3 {
-		waits = append(waits, startWaiter(ctx, New(srv.Client(t)), "r"))
+		waits = append(waits, startWaiter(ctx, New(srv.Client(t), WithFair(true)), "r"))
 		waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
 	}
 	order := queued(t, rdb, "r")
@@ -62,7 +64,7 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	msg, err := ps.ReceiveMessage(ctx)
 	require.NoError(t, err)
 	require.Equal(t, order[0], msg.Payload, "release names the first waiter, and only it")
-	first := <-waits[0]
+	first := recv(t, waits[0], 30*time.Second)
 	require.NoError(t, first.err)
 	require.Equal(t, order[0], first.l.Owner())
 	require.Equal(t, order[1:], queued(t, rdb, "r"), "the others keep their places")
@@ -70,7 +72,7 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	// A waiter that gives up leaves the queue.
 	require.NoError(t, first.l.Release(ctx))
 	for _, w := range waits[1:] {
-		got := <-w
+		got := recv(t, w, 30*time.Second)
 		require.NoError(t, got.err)
 		require.NoError(t, got.l.Release(ctx))
 	}
@@ -87,7 +89,7 @@ func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	w := startWaiter(ctx, c, "r")
 	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 1 })
 	cancel()
-	got := <-w
+	got := recv(t, w, 30*time.Second)
 	require.ErrorIs(t, got.err, ErrNotAcquired)
 	require.ErrorIs(t, got.err, context.Canceled)
 	require.Empty(t, queued(t, rdb, "r"))
@@ -142,7 +144,7 @@ func TestFairWaitersGoInArrivalOrder(t *testing.T) {
 
 	require.NoError(t, l.Release(ctx))
 	for _, w := range waits {
-		require.NoError(t, (<-w).err)
+		require.NoError(t, recv(t, w, 30*time.Second).err)
 	}
 	require.Equal(t, []int{0, 1, 2, 3}, order)
 }
@@ -163,7 +165,7 @@ func TestVanishedWaiterIsDroppedFromQueue(t *testing.T) {
 	w := startWaiter(ctx, c, "r")
 	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 2 })
 	require.NoError(t, l.Release(ctx)) // wakes "dead", which never comes
-	got := <-w                         // the live waiter gets it once "dead" has timed out
+	got := recv(t, w, 30*time.Second)  // the live waiter gets it once "dead" has timed out
 	require.NoError(t, got.err)
 	require.NotContains(t, queued(t, rdb, "r"), "dead")
 	require.NoError(t, got.l.Release(ctx))
@@ -351,7 +353,7 @@ func TestAcquireOnClusterWakesWaiters(t *testing.T) {
 	}
 	for i, l := range leases {
 		require.NoError(t, l.Release(ctx))
-		got := <-waits[i]
+		got := recv(t, waits[i], 60*time.Second)
 		require.NoError(t, got.err)
 		require.Equal(t, int64(2), got.l.Fence())
 		require.NoError(t, got.l.Release(ctx))
@@ -378,7 +380,7 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "blocked")) == 1 })
 
 	require.NoError(t, c.Close(ctx))
-	require.ErrorIs(t, (<-w).err, ErrClientClosed)
+	require.ErrorIs(t, recv(t, w, 30*time.Second).err, ErrClientClosed)
 	require.ErrorIs(t, context.Cause(a.Context()), ErrReleased)
 	require.ErrorIs(t, context.Cause(b.Context()), ErrReleased)
 	require.Zero(t, rdb.Exists(ctx, "redlease:{a}:lease", "redlease:{b}:lease").Val())

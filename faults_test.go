@@ -1,0 +1,616 @@
+package redlease
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// The fault-injection suite: go test -race -run Fault .
+// Each scenario starts its own servers on loopback, injects a fault that
+// lasts at least 2×TTL, records a history of what its clients did and saw,
+// and checks it (see history_test.go). REDLEASE_FAULT_LONG=1 runs the long
+// variant: more workers, more rounds.
+
+const faultTTL = time.Second
+
+// faultOpts are the lease options of the suite: a quarter of the TTL as the
+// safety margin, so that scheduler noise on a busy machine cannot flip the
+// deadline checks.
+func faultOpts(h *history, extra ...Option) []Option {
+	return append([]Option{WithTTL(faultTTL), WithSafetyMargin(faultTTL / 4), WithObserver(h.observer(faultTTL))}, extra...)
+}
+
+func longFaults() bool { return os.Getenv("REDLEASE_FAULT_LONG") != "" }
+
+// scale returns short in the CI variant and long in the long one.
+func scale(short, long int) int {
+	if longFaults() {
+		return long
+	}
+	return short
+}
+
+// resourceStore is the protected resource: keys on their own redis-server,
+// written through the Redis fencing guard.
+type resourceStore struct {
+	guard *RedisGuard
+	h     *history
+	addr  string
+}
+
+func newResourceStore(t *testing.T, h *history) *resourceStore {
+	srv := startRedis(t)
+	return &resourceStore{guard: NewRedisGuard(srv.Client(t)), h: h, addr: srv.Addr}
+}
+
+// write makes a fenced write of resource's data and records it.
+func (s *resourceStore) write(ctx context.Context, client int, resource, owner string, fence int64) error {
+	return s.h.Write(client, resource, owner, fence, func() error {
+		return s.guard.Set(ctx, "data:"+resource, fmt.Sprintf("%d by %s", fence, owner), 0, fence, owner)
+	})
+}
+
+// worker loops: acquire, write, refresh, release, recording everything,
+// until stop is closed, rounds are done or ctx ends. Errors are outcomes,
+// not failures.
+func worker(ctx context.Context, stop <-chan struct{}, id int, c *Client, store *resourceStore, resources []string, rounds int) {
+	h := store.h
+	for i := 0; i < rounds && ctx.Err() == nil && !closed(stop); i++ {
+		resource := resources[(id+i)%len(resources)]
+		actx, cancel := context.WithTimeout(ctx, 3*faultTTL)
+		l, err := h.Acquire(actx, id, c, resource, true)
+		cancel()
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, faultTTL)
+		_ = store.write(wctx, id, resource, l.Owner(), l.Fence())
+		if i%3 == 0 {
+			_ = h.Refresh(wctx, id, l)
+		}
+		cancel()
+		_ = h.Release(context.Background(), id, l)
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// startWorkers starts n workers, each with its own Client made by newClient,
+// that run until stop is closed (or 10000 rounds, or ctx ends). The returned
+// channel is closed when all have ended and closed their Clients.
+func startWorkers(ctx context.Context, stop <-chan struct{}, n int, newClient func() *Client, store *resourceStore, resources []string) <-chan struct{} {
+	var wg sync.WaitGroup
+	for i := range n {
+		c := newClient()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close(context.Background())
+			worker(ctx, stop, i, c, store, resources, 10000)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// acquiredSince counts the successful acquisitions that began after t.
+func (h *history) acquiredSince(t time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, op := range h.ops {
+		if op.Input.(opInput).kind == opAcquire && op.Output.(opOutput).res == resOK && op.Call > int64(t.Sub(h.start)) {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- 2. a real client process pause ----
+
+// TestFaultHelperProcess is not a test: it is the paused client of
+// TestFaultClientProcessPause, run in a process of its own.
+func TestFaultHelperProcess(t *testing.T) {
+	spec := os.Getenv("REDLEASE_FAULT_HELPER")
+	if spec == "" {
+		t.Skip("the helper process of TestFaultClientProcessPause")
+	}
+	f := strings.Fields(spec) // lock address, resource address, resource
+	ctx := context.Background()
+	lockRdb := redis.NewClient(&redis.Options{Addr: f[0]})
+	resRdb := redis.NewClient(&redis.Options{Addr: f[1]})
+	defer lockRdb.Close()
+	defer resRdb.Close()
+	c := New(lockRdb, WithTTL(faultTTL), WithSafetyMargin(faultTTL/4))
+	defer c.Close(ctx)
+	l, err := c.TryAcquire(ctx, f[2])
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("acquired", l.Fence(), l.Owner())
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() { // "write": the parent resumed us
+		return
+	}
+	// The holder woke up believing it holds the lease, and writes.
+	err = NewRedisGuard(resRdb).Set(ctx, "data:"+f[2], "from the paused holder", 0, l.Fence(), l.Owner())
+	fmt.Println("write", errors.Is(err, ErrStaleFence), err)
+	select {
+	case <-l.Context().Done():
+	case <-time.After(5 * time.Second):
+	}
+	fmt.Println("context", errors.Is(context.Cause(l.Context()), ErrLeaseLost))
+	err = l.Refresh(ctx)
+	fmt.Println("renew", errors.Is(err, ErrLeaseLost))
+}
+
+func TestFaultClientProcessPause(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t)
+	store := newResourceStore(t, h)
+	ctx := t.Context()
+
+	child := exec.Command(os.Args[0], "-test.run=^TestFaultHelperProcess$", "-test.v=false")
+	child.Env = append(os.Environ(), "REDLEASE_FAULT_HELPER="+lock.Addr+" "+store.addr+" pay")
+	stdin, err := child.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := child.StdoutPipe()
+	require.NoError(t, err)
+	call := h.now()
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	out := bufio.NewReader(stdout)
+	line := readLine(t, out)
+	var fence int64
+	var owner string
+	_, err = fmt.Sscanf(line, "acquired %d %s", &fence, &owner)
+	require.NoError(t, err, line)
+	h.record(100, call, opInput{kind: opAcquire, resource: "pay"}, opOutput{res: resOK, fence: fence, owner: owner})
+
+	// The whole process stops, watchdog included, for 3×TTL.
+	require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
+	c := New(lock.Client(t), faultOpts(h)...)
+	defer c.Close(ctx)
+	b, err := h.Acquire(ctx, 1, c, "pay", true, WithMaxWait(5*faultTTL))
+	require.NoError(t, err, "B takes over once A's lease expires in Redis")
+	require.Greater(t, b.Fence(), fence)
+	require.NoError(t, store.write(ctx, 1, "pay", b.Owner(), b.Fence()))
+	time.Sleep(3*faultTTL - time.Since(h.start.Add(time.Duration(call))))
+	require.NoError(t, child.Process.Signal(syscall.SIGCONT))
+
+	call = h.now()
+	_, err = io.WriteString(stdin, "write\n")
+	require.NoError(t, err)
+	line = readLine(t, out)
+	stale := strings.HasPrefix(line, "write true")
+	res := resOK
+	if stale {
+		res = resFail
+	}
+	h.record(100, call, opInput{kind: opWrite, resource: "pay", owner: owner, fence: fence}, opOutput{res: res})
+	require.True(t, stale, "the paused holder's write is rejected: %s", line)
+	require.Equal(t, "context true", readLine(t, out), "its lease context has ended")
+	require.Equal(t, "renew true", readLine(t, out), "its renew fails")
+	require.NoError(t, h.Release(ctx, 1, b))
+	h.check(t, checks{fenceOrder: true, ownership: true})
+}
+
+func readLine(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
+	type got struct {
+		s   string
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		s, err := r.ReadString('\n')
+		ch <- got{strings.TrimSpace(s), err}
+	}()
+	select {
+	case g := <-ch:
+		require.NoError(t, g.err)
+		return g.s
+	case <-time.After(30 * time.Second):
+		t.Fatal("helper process said nothing for 30s")
+		return ""
+	}
+}
+
+// ---- 3. server pause ----
+
+func TestFaultServerPause(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t)
+	store := newResourceStore(t, h)
+	ctx := t.Context()
+	c := New(lock.Client(t), faultOpts(h)...)
+	defer c.Close(ctx)
+
+	// Shorter than the margin: the lease survives.
+	a, err := h.Acquire(ctx, 1, c, "short", false)
+	require.NoError(t, err)
+	for range 3 {
+		lock.signal(t, syscall.SIGSTOP)
+		time.Sleep(faultTTL / 10)
+		lock.signal(t, syscall.SIGCONT)
+		time.Sleep(faultTTL / 2)
+	}
+	require.NoError(t, a.Context().Err(), "pauses shorter than the margin do not end the lease")
+	require.NoError(t, store.write(ctx, 1, "short", a.Owner(), a.Fence()))
+	require.NoError(t, h.Release(ctx, 1, a))
+
+	// Longer than the TTL: the holder's context ends during the pause.
+	for _, pause := range []struct {
+		name  string
+		start func()
+		end   func()
+	}{
+		{"SIGSTOP", func() { lock.signal(t, syscall.SIGSTOP) }, func() { lock.signal(t, syscall.SIGCONT) }},
+		{"CLIENT PAUSE", func() {
+			require.NoError(t, lock.Client(t).Do(ctx, "CLIENT", "PAUSE", (3*faultTTL).Milliseconds(), "ALL").Err())
+		}, func() {}},
+	} {
+		t.Run(pause.name, func(t *testing.T) {
+			res := "long-" + strings.ReplaceAll(pause.name, " ", "")
+			a, err := h.Acquire(ctx, 1, c, res, false)
+			require.NoError(t, err)
+			paused := time.Now()
+			pause.start()
+			waitDone(t, a.Context(), 3*faultTTL)
+			require.Less(t, time.Since(paused), faultTTL, "the context ended during the pause, before the TTL")
+			time.Sleep(time.Until(paused.Add(3 * faultTTL)))
+			pause.end()
+			b, err := h.Acquire(ctx, 2, New(lock.Client(t), faultOpts(h)...), res, true, WithMaxWait(5*faultTTL))
+			require.NoError(t, err)
+			require.Greater(t, b.Fence(), a.Fence())
+			require.NoError(t, store.write(ctx, 2, res, b.Owner(), b.Fence()))
+			require.ErrorIs(t, store.write(ctx, 1, res, a.Owner(), a.Fence()), ErrStaleFence)
+			_ = h.Release(ctx, 1, a)
+			require.NoError(t, h.Release(ctx, 2, b))
+		})
+	}
+	h.check(t, checks{fenceOrder: true, ownership: true})
+}
+
+// ---- 4. blackhole between holder and Redis ----
+
+func TestFaultBlackhole(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t)
+	proxy := startProxy(t, lock.Addr)
+	store := newResourceStore(t, h)
+	ctx := t.Context()
+	direct := lock.Client(t)
+	a := New(newClient(t, proxy.Addr()), faultOpts(h)...)
+	b := New(direct, faultOpts(h)...)
+	defer a.Close(ctx)
+	defer b.Close(ctx)
+
+	la, err := h.Acquire(ctx, 1, a, "r", false)
+	require.NoError(t, err)
+	require.NoError(t, store.write(ctx, 1, "r", la.Owner(), la.Fence()))
+	time.Sleep(faultTTL / 2)
+	proxy.Blackhole()
+	cut := time.Now()
+	waitDone(t, la.Context(), 3*faultTTL)
+	require.Less(t, time.Since(cut), faultTTL, "the context ended before the server could expire the lease")
+
+	lb, err := h.Acquire(ctx, 2, b, "r", true, WithMaxWait(5*faultTTL))
+	require.NoError(t, err, "another client takes over after server expiry")
+	require.NoError(t, store.write(ctx, 2, "r", lb.Owner(), lb.Fence()))
+	time.Sleep(time.Until(cut.Add(3 * faultTTL)))
+
+	proxy.Heal() // A's renewals held in the network arrive now
+	time.Sleep(faultTTL / 2)
+	v, err := direct.Get(ctx, "redlease:{r}:lease").Result()
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s:%d", lb.Owner(), lb.Fence()), v)
+	require.ErrorIs(t, h.Release(ctx, 1, la), ErrLeaseLost, "the old holder neither renews nor releases the new lease")
+	require.NoError(t, direct.Get(ctx, "redlease:{r}:lease").Err(), "B's lease is intact")
+	require.ErrorIs(t, store.write(ctx, 1, "r", la.Owner(), la.Fence()), ErrStaleFence)
+	require.NoError(t, h.Release(ctx, 2, lb))
+	h.check(t, checks{fenceOrder: true, ownership: true})
+}
+
+// ---- 5. lost replies ----
+
+func TestFaultLostReplies(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t)
+	proxy := startProxy(t, lock.Addr)
+	store := newResourceStore(t, h)
+	ctx := t.Context()
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb, faultOpts(h, WithAutoRenew(false))...)
+	defer c.Close(ctx)
+	lose := func() {
+		require.NoError(t, rdb.Ping(ctx).Err())
+		proxy.DropReplies(1)
+	}
+	acquisitions := 0
+	for i := range scale(5, 40) {
+		lose()
+		l, err := h.Acquire(ctx, 1, c, "r", false)
+		acquisitions++
+		if err != nil {
+			continue
+		}
+		_ = store.write(ctx, 1, "r", l.Owner(), l.Fence())
+		if i%2 == 0 {
+			lose()
+			_ = h.Refresh(ctx, 1, l)
+		}
+		lose()
+		if err := h.Release(ctx, 1, l); errors.Is(err, ErrOutcomeUnknown) {
+			require.NoError(t, h.Release(ctx, 1, l), "asked again, the release is recognised")
+		}
+	}
+	n, err := lock.Client(t).Get(ctx, "redlease:{r}:fence").Int()
+	require.NoError(t, err)
+	require.LessOrEqual(t, n, acquisitions, "at most one fence per logical acquire")
+	h.check(t, checks{fenceOrder: true, ownership: true})
+}
+
+// ---- 6. a late release ----
+
+func TestFaultLateRelease(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t)
+	proxy := startProxy(t, lock.Addr)
+	ctx := t.Context()
+	direct := lock.Client(t)
+	a := New(newClient(t, proxy.Addr()), faultOpts(h, WithAutoRenew(false))...)
+	b := New(direct, faultOpts(h)...)
+	defer a.Close(ctx)
+	defer b.Close(ctx)
+
+	la, err := h.Acquire(ctx, 1, a, "r", false)
+	require.NoError(t, err)
+	proxy.Delay(toServer, 2*faultTTL) // A's release will arrive late
+	released := make(chan error, 1)
+	go func() { released <- h.Release(ctx, 1, la) }()
+	lb, err := h.Acquire(ctx, 2, b, "r", true, WithMaxWait(5*faultTTL))
+	require.NoError(t, err)
+	require.ErrorIs(t, recv(t, released, 30*time.Second), ErrLeaseLost, "the late release found another owner's lease")
+	proxy.Heal()
+	v, err := direct.Get(ctx, "redlease:{r}:lease").Result()
+	require.NoError(t, err, "it deleted nothing")
+	require.Equal(t, fmt.Sprintf("%s:%d", lb.Owner(), lb.Fence()), v)
+	require.NoError(t, h.Release(ctx, 2, lb))
+	h.check(t, checks{fenceOrder: true, ownership: true})
+}
+
+// ---- 7. restarts ----
+
+func TestFaultRestartWithoutPersistence(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t)
+	store := newResourceStore(t, h)
+	ctx := t.Context()
+	rdb := lock.Client(t)
+	c := New(rdb, faultOpts(h)...)
+	defer c.Close(ctx)
+	var last int64
+	for range 5 {
+		l, err := h.Acquire(ctx, 1, c, "r", false)
+		require.NoError(t, err)
+		require.NoError(t, store.write(ctx, 1, "r", l.Owner(), l.Fence()))
+		last = l.Fence()
+		require.NoError(t, h.Release(ctx, 1, l))
+	}
+
+	lock.restart(t) // the counter is gone
+	l, err := h.Acquire(ctx, 2, c, "r", true, WithMaxWait(5*faultTTL))
+	require.NoError(t, err)
+	require.Less(t, l.Fence(), last, "the fence went back")
+	err = store.write(ctx, 2, "r", l.Owner(), l.Fence())
+	var stale *StaleFenceError
+	require.ErrorAs(t, err, &stale, "the resource rejects the regressed fence")
+	require.Equal(t, last, stale.Newest)
+	require.NoError(t, h.Release(ctx, 2, l))
+
+	_, err = c.AdvanceFence(ctx, "r", stale.Newest) // repair
+	require.NoError(t, err)
+	l, err = h.Acquire(ctx, 3, c, "r", false)
+	require.NoError(t, err)
+	require.Equal(t, last+1, l.Fence())
+	require.NoError(t, store.write(ctx, 3, "r", l.Owner(), l.Fence()), "repair restores liveness")
+	require.NoError(t, h.Release(ctx, 3, l))
+	h.check(t, checks{fenceOrder: false, ownership: true})
+}
+
+func TestFaultRestartWithAOF(t *testing.T) {
+	h := newHistory()
+	lock := startRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	ctx := t.Context()
+	c := New(lock.Client(t), faultOpts(h)...)
+	defer c.Close(ctx)
+	var fences []int64
+	for i := range 6 {
+		if i == 3 {
+			lock.restart(t)
+		}
+		l, err := h.Acquire(ctx, 1, c, "r", true, WithMaxWait(5*faultTTL))
+		require.NoError(t, err)
+		fences = append(fences, l.Fence())
+		require.NoError(t, h.Release(ctx, 1, l))
+	}
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, fences, "fences continue across the restart")
+	h.check(t, checks{fenceOrder: true, ownership: true})
+}
+
+// ---- 8. master and replica, replication cut ----
+
+func TestFaultReplicationCut(t *testing.T) {
+	h := newHistory()
+	master := startRedis(t)
+	link := startProxy(t, master.Addr)
+	host, port, _ := net.SplitHostPort(link.Addr())
+	replica := startRedis(t, "--replicaof", host, port)
+	store := newResourceStore(t, h)
+	ctx := t.Context()
+	mrdb := master.Client(t)
+	waitReplicated(t, mrdb)
+	onMaster := New(mrdb, faultOpts(h)...)
+	defer onMaster.Close(ctx)
+
+	a, err := h.Acquire(ctx, 1, onMaster, "r", false, WithReplicaAck(1, 300*time.Millisecond))
+	require.NoError(t, err, "replicated while the link is up")
+	require.NoError(t, store.write(ctx, 1, "r", a.Owner(), a.Fence()))
+	require.NoError(t, h.Release(ctx, 1, a))
+
+	link.Blackhole() // the replica hears nothing more
+	_, err = h.Acquire(ctx, 1, onMaster, "r", false, WithReplicaAck(1, 300*time.Millisecond))
+	require.ErrorIs(t, err, ErrNotReplicated, "with replica acknowledgement the acquire fails during the cut")
+	b, err := h.Acquire(ctx, 2, onMaster, "r", false)
+	require.NoError(t, err, "without it the master grants the lease")
+	require.NoError(t, store.write(ctx, 2, "r", b.Owner(), b.Fence()))
+
+	// Failover: the replica is promoted without the master's last writes.
+	rrdb := replica.Client(t)
+	require.NoError(t, rrdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
+	onReplica := New(rrdb, faultOpts(h)...)
+	defer onReplica.Close(ctx)
+	c, err := h.Acquire(ctx, 3, onReplica, "r", true, WithMaxWait(5*faultTTL))
+	require.NoError(t, err)
+	require.LessOrEqual(t, c.Fence(), b.Fence(), "observed: the promoted replica handed out a duplicate or regressed fence")
+	require.ErrorIs(t, store.write(ctx, 3, "r", c.Owner(), c.Fence()), ErrStaleFence, "and the resource refused it")
+	link.Heal()
+	_ = h.Release(ctx, 2, b)
+	_ = h.Release(ctx, 3, c)
+	h.check(t, checks{}) // fences and ownership are not promised across failover; S5 is
+}
+
+// ---- 9. Redis Cluster ----
+
+func TestFaultCluster(t *testing.T) {
+	h := newHistory()
+	nodes, cc := startCluster(t, 3)
+	store := newResourceStore(t, h)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	resources := make([]string, 12) // spread over the slots of all three masters
+	for i := range resources {
+		resources[i] = fmt.Sprint("shard-", i)
+	}
+	stop := make(chan struct{})
+	done := startWorkers(ctx, stop, scale(4, 8), func() *Client {
+		wc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = wc.Close() })
+		return New(wc, faultOpts(h)...)
+	}, store, resources)
+	time.Sleep(2 * faultTTL)
+
+	restarted := time.Now()
+	nodes[1].restart(t) // a master loses its data mid-run and rejoins
+	waitFor(t, 30*time.Second, func() bool {
+		info, err := cc.ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	})
+	time.Sleep(time.Duration(scale(3, 30)) * faultTTL)
+	close(stop)
+	recv(t, done, 2*time.Minute)
+	require.Positive(t, h.acquiredSince(restarted), "the clients kept working after the restart")
+	h.check(t, checks{fenceOrder: false, ownership: true}) // the restarted master lost its counters
+}
+
+// ---- 10. Sentinel failover ----
+
+func TestFaultSentinelFailover(t *testing.T) {
+	h := newHistory()
+	master := startRedis(t)
+	mhost, mport, _ := net.SplitHostPort(master.Addr)
+	replica := startRedis(t, "--replicaof", mhost, mport)
+	var sentinels []string
+	for range 3 {
+		conf := filepath.Join(t.TempDir(), "sentinel.conf")
+		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(
+			"sentinel monitor mymaster %s %s 2\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
+			mhost, mport)), 0o644))
+		sentinels = append(sentinels, startRedisConf(t, conf, "--sentinel").Addr)
+	}
+	store := newResourceStore(t, h)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
+	t.Cleanup(func() { _ = sc.Close() })
+	waitReplicated(t, master.Client(t))
+	waitFor(t, 30*time.Second, func() bool {
+		replicas, err := sc.Replicas(ctx, "mymaster").Result()
+		return err == nil && len(replicas) == 1
+	})
+
+	stop := make(chan struct{})
+	done := startWorkers(ctx, stop, scale(4, 8), func() *Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinels})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return New(rdb, faultOpts(h)...)
+	}, store, []string{"a", "b", "c"})
+	time.Sleep(2 * faultTTL)
+	require.NoError(t, sc.Failover(ctx, "mymaster").Err())
+	waitFor(t, 30*time.Second, func() bool {
+		addr, err := sc.GetMasterAddrByName(ctx, "mymaster").Result()
+		return err == nil && net.JoinHostPort(addr[0], addr[1]) == replica.Addr
+	})
+	failedOver := time.Now()
+	time.Sleep(time.Duration(scale(3, 30)) * faultTTL)
+	close(stop)
+	recv(t, done, 2*time.Minute)
+	require.Positive(t, h.acquiredSince(failedOver), "the failover clients continued on the new master")
+
+	// Fences may have gone back across the failover; the guard refused them.
+	// Repair: advance each counter to the newest fence the resource accepted,
+	// and the next holder writes again.
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinels})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb, faultOpts(h)...)
+	defer c.Close(ctx)
+	for _, r := range []string{"a", "b", "c"} {
+		l, err := h.Acquire(ctx, 99, c, r, true, WithMaxWait(5*faultTTL))
+		require.NoError(t, err)
+		err = store.write(ctx, 99, r, l.Owner(), l.Fence())
+		require.NoError(t, h.Release(ctx, 99, l))
+		var stale *StaleFenceError
+		if errors.As(err, &stale) {
+			_, err = c.AdvanceFence(ctx, r, stale.Newest)
+			require.NoError(t, err)
+			l, err = h.Acquire(ctx, 99, c, r, true, WithMaxWait(5*faultTTL))
+			require.NoError(t, err)
+			require.NoError(t, store.write(ctx, 99, r, l.Owner(), l.Fence()), "repaired: the next holder is accepted")
+			require.NoError(t, h.Release(ctx, 99, l))
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	h.check(t, checks{}) // S5 holds on the resource history
+}
