@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,9 @@ func (c cli) command(ctx context.Context, args ...string) (*exec.Cmd, *bytes.Buf
 	cmd.Env = append(os.Environ(), "REDIS_URL="+c.url)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
+	// A process the command left behind may hold the output pipes open:
+	// Wait gives up on them this long after redlease exited.
+	cmd.WaitDelay = 5 * time.Second
 	return cmd, &out, &errOut
 }
 
@@ -202,6 +206,36 @@ func TestCLI(t *testing.T) {
 		st, err := locks.Inspect(t.Context(), "sig")
 		require.NoError(t, err)
 		require.False(t, st.Held, "released after the command exited")
+	})
+
+	// If redlease itself is killed, nobody renews the lease: the kernel
+	// sends the command SIGTERM (Linux's parent-death signal).
+	t.Run("CommandEndsWithRedlease", func(t *testing.T) {
+		t.Parallel()
+		if runtime.GOOS != "linux" {
+			t.Skip("parent-death signal is Linux only")
+		}
+		sub := t.TempDir()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd, _, _ := c.command(ctx, "run", "orphan", "--", "sh", "-c",
+			`echo $$ > "$1/pid"; while :; do sleep 0.05; done`, "sh", sub)
+		require.NoError(t, cmd.Start())
+		var pid []byte
+		waitFor(t, 10*time.Second, func() bool {
+			pid, _ = os.ReadFile(filepath.Join(sub, "pid"))
+			return strings.HasSuffix(string(pid), "\n")
+		})
+		n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+		require.NoError(t, err)
+		t.Cleanup(func() { // should the test fail: the command, and only it
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n)); bytes.Contains(cmdline, []byte(sub)) {
+				_ = syscall.Kill(n, syscall.SIGKILL)
+			}
+		})
+		require.NoError(t, cmd.Process.Kill())
+		_ = cmd.Wait()
+		waitFor(t, 10*time.Second, func() bool { return gone(strconv.Itoa(n)) })
 	})
 
 	t.Run("StatusListBreak", func(t *testing.T) {
