@@ -119,6 +119,15 @@ func TestCLI(t *testing.T) {
 		require.Regexp(t, uuidV4, f[2])
 	})
 
+	t.Run("VerboseLogs", func(t *testing.T) {
+		t.Parallel()
+		r := c.run(t, "run", "-v", "verbose", "--", "true")
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stderr, `level=DEBUG msg="redlease acquire" resource=verbose result=ok fence=1`)
+		require.Contains(t, r.stderr, `level=DEBUG msg="redlease release" resource=verbose result=ok`)
+		require.Empty(t, c.run(t, "run", "verbose", "--", "true").stderr, "quiet without -v")
+	})
+
 	t.Run("ExitCodes", func(t *testing.T) {
 		t.Parallel()
 		require.Equal(t, 7, c.run(t, "run", "codes", "--", "sh", "-c", "exit 7").code, "the command's status")
