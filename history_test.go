@@ -36,15 +36,15 @@ const (
 
 func (k opKind) String() string { return [...]string{"acquire", "renew", "release", "write"}[k] }
 
-type result uint8
+type outcomeKind uint8
 
 const (
-	resOK      result = iota // acquired, renewed, released, write accepted
+	resOK      outcomeKind = iota // acquired, renewed, released, write accepted
 	resFail                  // busy / lost / write rejected
 	resUnknown               // the outcome could not be learned
 )
 
-func (r result) String() string { return [...]string{"ok", "fail", "unknown"}[r] }
+func (r outcomeKind) String() string { return [...]string{"ok", "fail", "unknown"}[r] }
 
 type opInput struct {
 	kind     opKind
@@ -54,7 +54,7 @@ type opInput struct {
 }
 
 type opOutput struct {
-	res   result
+	res   outcomeKind
 	fence int64  // acquire ok: the fence handed out
 	owner string // acquire ok: the lease's owner token
 }
@@ -476,7 +476,7 @@ func TestHistoryCheckerCatchesViolations(t *testing.T) {
 		h.ops = append(h.ops, porcupine.Operation{Call: call, Return: ret,
 			Input: opInput{kind: opAcquire, resource: "r"}, Output: opOutput{res: resOK, fence: fence, owner: owner}})
 	}
-	op := func(h *history, call, ret int64, kind opKind, owner string, fence int64, res result) {
+	op := func(h *history, call, ret int64, kind opKind, owner string, fence int64, res outcomeKind) {
 		h.ops = append(h.ops, porcupine.Operation{Call: call, Return: ret,
 			Input: opInput{kind: kind, resource: "r", owner: owner, fence: fence}, Output: opOutput{res: res}})
 	}

@@ -33,4 +33,12 @@ var (
 	//go:embed release.lua
 	releaseSrc    string
 	releaseScript = redis.NewScript(queueSrc + releaseSrc)
+
+	//go:embed break.lua
+	breakSrc    string
+	breakScript = redis.NewScript(queueSrc + breakSrc)
+
+	//go:embed inspect.lua
+	inspectSrc    string
+	inspectScript = redis.NewScript(inspectSrc)
 )

@@ -1,6 +1,7 @@
-// Command redlease works with redlease leases from the shell. For now it has
-// one subcommand, demo, which tells the story redlease exists for: a holder
-// that pauses past its TTL and whose late write the resource rejects.
+// Command redlease works with redlease leases from the shell: it runs a
+// command under a lease (a flock(1) for a fleet of machines), shows who holds
+// which lease with which fence, removes a stuck lease by force, and tells the
+// story redlease exists for (demo).
 package main
 
 import (
@@ -9,19 +10,45 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/redis/go-redis/v9"
 )
 
-const usage = `usage: redlease <command> [flags]
+const usage = `usage: redlease <command> [flags] [arguments]
 
 Commands:
+  run     run a command while holding a lease, like flock(1) across machines
+  status  show the holder, fence, TTL, fence counter and waiters of resources
+  list    list the resources whose names match a pattern (SCAN, never KEYS)
+  break   remove a stuck lease by force; the fence counter stays
   demo    show a stale lease holder being stopped by its fencing token
           (embedded Redis by default; -redis URL for a real server)
 
 Run 'redlease <command> -h' for the flags of a command.
 
+Connecting (run, status, list, break):
+  -redis URL  or $REDIS_URL; default ` + defaultURL + `
+      redis://[user:password@]host:port[/db][?option=value]   one server
+      rediss://...                                             one server, TLS
+      redis+cluster://host:port,host:port[?option=value]       Redis Cluster
+      redis+sentinel://host:port,host:port[/db]?master_name=NAME   Sentinel
+      (rediss+cluster://, rediss+sentinel:// for TLS; options are go-redis's,
+      e.g. dial_timeout=3s)
+  -prefix P   key prefix of the leases (default "redlease:")
+  -v          debug logs on stderr
+
+Exit status: 0 success; 1 break removed nothing; 2 usage error; 69 Redis
+unreachable or refusing; for run also 75 busy (not acquired), 76 lease lost
+while the command ran, and otherwise the command's own status
+('redlease run -h' has them all).
+
 Examples:
   redlease demo
   redlease demo -redis redis://127.0.0.1:6379/0 -ttl 2s
+  redlease run -wait 10m nightly-report -- ./report.sh
+  redlease status nightly-report
+  redlease list 'tenant:*'
+  redlease break -fence 34 nightly-report
 `
 
 func main() {
@@ -31,24 +58,33 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
 	}
+	redis.SetLogger(&quietRedisLogger{})
 	switch args[0] {
+	case "run":
+		return runCommand(args[1:], stdout, stderr)
+	case "status":
+		return statusCommand(args[1:], stdout, stderr)
+	case "list":
+		return listCommand(args[1:], stdout, stderr)
+	case "break":
+		return breakCommand(args[1:], stdout, stderr)
 	case "demo":
 		err := demo(args[1:], stdout, stderr)
 		switch {
 		case errors.Is(err, flag.ErrHelp):
-			return 0
+			return exitOK
 		case err != nil:
 			fmt.Fprintln(stderr, "redlease demo:", err)
-			return 1
+			return exitFailed
 		}
-		return 0
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
-		return 0
+		return exitOK
 	default:
-		fmt.Fprintf(stderr, "redlease: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		fmt.Fprintf(stderr, "redlease: unknown command %q (see 'redlease -h')\n", args[0])
+		return exitUsage
 	}
 }

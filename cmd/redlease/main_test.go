@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestDemoOnEmbeddedRedis(t *testing.T) {
@@ -39,5 +42,120 @@ func TestUsageErrors(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run([]string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "redlease demo") {
 		t.Errorf("-h: exit %d, output %q", code, out.String())
+	}
+}
+
+func TestCommandLineMistakesExitTwoWithOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"run"},
+		{"run", "res"},
+		{"run", "res", "--"},
+		{"run", "-bogus", "res", "--", "true"},
+		{"run", "res", "-ttl", "5s", "--", "true"},
+		{"run", "-nowait", "-wait", "1s", "res", "--", "true"},
+		{"run", "-grace", "-1s", "res", "--", "true"},
+		{"run", "-ttl", "banana", "res", "--", "true"},
+		{"status"},
+		{"status", "-redis", "http://example", "res"},
+		{"status", "-redis", "redis+cluster://a:1,,b:2", "res"},
+		{"list", "a", "b"},
+		{"break"},
+		{"break", "-fence", "x", "res"},
+		{"nope"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 2 {
+			t.Errorf("%q: exit %d, want 2; stderr %q", args, code, errOut.String())
+		}
+		if lines := strings.Count(errOut.String(), "\n"); lines != 1 {
+			t.Errorf("%q: %d lines on stderr, want 1: %q", args, lines, errOut.String())
+		}
+	}
+}
+
+func TestHelpOfEveryCommand(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"run":    "REDLEASE_FENCE",
+		"status": "redlease status nightly-report",
+		"list":   "SCAN",
+		"break":  "-fence",
+	} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{cmd, "-h"}, &out, &errOut); code != 0 {
+			t.Errorf("%s -h: exit %d", cmd, code)
+		}
+		if !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "Examples:") ||
+			!strings.Contains(out.String(), "-redis URL") {
+			t.Errorf("%s -h lacks %q, examples or flags:\n%s", cmd, want, out.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	run([]string{"run", "-h"}, &out, &errOut)
+	for _, code := range []string{"69 ", "75 ", "76 ", "126 ", "127 "} {
+		if !strings.Contains(out.String(), "\n  "+code) {
+			t.Errorf("run -h does not document exit status %s", code)
+		}
+	}
+}
+
+func TestUnreachableRedisExits69WithOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "-redis", "redis://127.0.0.1:1", "res"},
+		{"list", "-redis", "redis://127.0.0.1:1"},
+		{"break", "-redis", "redis://127.0.0.1:1", "res"},
+		{"run", "-redis", "redis://127.0.0.1:1", "res", "--", "true"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code != 69 {
+			t.Errorf("%q: exit %d, want 69; stderr %q", args, code, errOut.String())
+		}
+		if s := errOut.String(); strings.Count(s, "\n") != 1 || !strings.Contains(s, "unreachable") {
+			t.Errorf("%q: stderr %q", args, s)
+		}
+	}
+}
+
+func TestRedisURLs(t *testing.T) {
+	for _, tc := range []struct {
+		url, kind string
+		addrs     []string
+	}{
+		{"redis://127.0.0.1:6379/2", "single", []string{"127.0.0.1:6379"}},
+		{"rediss://user:pw@h:6380", "single", []string{"h:6380"}},
+		{"redis+cluster://a:1,b:2,c:3", "cluster", []string{"a:1", "b:2", "c:3"}},
+		{"rediss+cluster://u:p@a:1,b:2?dial_timeout=3s", "cluster", []string{"a:1", "b:2"}},
+		{"redis+sentinel://s1:26379,s2:26379/1?master_name=mymaster", "sentinel", nil},
+	} {
+		rdb, err := newRedis(tc.url)
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		switch c := rdb.(type) {
+		case *redis.Client:
+			if tc.kind == "single" && c.Options().Addr != tc.addrs[0] {
+				t.Errorf("%s: addr %s", tc.url, c.Options().Addr)
+			}
+			if tc.kind == "sentinel" && c.Options().DB != 1 {
+				t.Errorf("%s: db %d", tc.url, c.Options().DB)
+			}
+		case *redis.ClusterClient:
+			if tc.kind != "cluster" || !slices.Equal(c.Options().Addrs, tc.addrs) {
+				t.Errorf("%s: cluster addrs %v", tc.url, c.Options().Addrs)
+			}
+			if strings.HasPrefix(tc.url, "rediss") && (c.Options().TLSConfig == nil || c.Options().Password != "p") {
+				t.Errorf("%s: no TLS or password", tc.url)
+			}
+		}
+		_ = rdb.Close()
+	}
+	for _, bad := range []string{"127.0.0.1:6379", "http://h:1", "redis+sentinel://s:1", "redis+cluster://"} {
+		if rdb, err := newRedis(bad); err == nil {
+			_ = rdb.Close()
+			t.Errorf("%s: no error", bad)
+		}
+	}
+	if got := redacted("redis://me:secret@h:1/0"); got != "redis://me:xxxxx@h:1/0" {
+		t.Errorf("redacted: %s", got)
 	}
 }

@@ -1,0 +1,284 @@
+package redlease
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Administration: what an operator needs to see, and rarely to force.
+//
+// Inspect and Scan only read. Break removes a lease that its holder did not
+// release; it is the one call here that can let two holders overlap, so it
+// leaves the fence counter alone: the next holder's fence is larger than the
+// removed one's, and a resource that checks fences rejects the old holder.
+
+// Status is what Redis holds for one resource at one moment.
+type Status struct {
+	// Resource is the resource's name.
+	Resource string
+	// Held says the resource's lease key exists.
+	Held bool
+	// Owner and Fence are the holder's owner token and fence, parsed from the
+	// lease value "<owner>:<fence>". A lease value of another form (not
+	// written by redlease) is all in Owner, with Fence 0.
+	Owner string
+	Fence int64
+	// TTL is the time the lease has left: 0 when it is not held, -1 when the
+	// lease key has no expiry (not written by redlease; only an operator can
+	// remove it).
+	TTL time.Duration
+	// LastFence is the fence counter: the newest fence handed out, 0 if the
+	// resource was never acquired (or the counter was lost).
+	LastFence int64
+	// Waiters is the number of acquirers queued for the lease. It may count
+	// waiters that died and are not dropped yet (for up to 3 s).
+	Waiters int64
+}
+
+// setLease fills the holder's fields from a lease value and its remaining
+// TTL (negative: no expiry).
+func (s *Status) setLease(value string, ttl time.Duration) {
+	s.Held = true
+	if owner, fence, ok := parseLease(value); ok {
+		s.Owner, s.Fence = owner, fence
+	} else {
+		s.Owner = value
+	}
+	s.TTL = max(ttl, -1)
+}
+
+// Inspect returns what Redis holds for resource: the lease and its holder,
+// the fence counter and the number of waiters, read in one transaction, so
+// they belong to one moment. It only reads. opts may override the Client's
+// key prefix (WithPrefix).
+func (c *Client) Inspect(ctx context.Context, resource string, opts ...Option) (Status, error) {
+	cfg, err := c.leaseConfig([]string{resource}, opts)
+	if err != nil {
+		return Status{}, err
+	}
+	st, err := c.inspect(ctx, &cfg, []string{resource})
+	if err != nil {
+		return Status{}, err
+	}
+	return st[0], nil
+}
+
+// inspect reads the status of resources, each in one script run (atomic;
+// a resource's keys share a Redis Cluster hash slot), sent in one pipeline.
+func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) ([]Status, error) {
+	keys := func(r string) []string {
+		return []string{cfg.key(r, "lease"), cfg.key(r, "fence"), cfg.key(r, "queue")}
+	}
+	cmds := make([]*redis.Cmd, len(resources))
+	if len(resources) == 1 {
+		cmds[0] = inspectScript.Run(ctx, c.rdb, keys(resources[0])) // EVALSHA, EVAL on NOSCRIPT
+	} else {
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
+		pipe := c.rdb.Pipeline()
+		for i, r := range resources {
+			cmds[i] = inspectScript.Eval(ctx, pipe, keys(r))
+		}
+		_, _ = pipe.Exec(ctx) // each command keeps its own error
+	}
+	out := make([]Status, len(resources))
+	for i, r := range resources {
+		res, err := cmds[i].Slice()
+		if err != nil {
+			return nil, fmt.Errorf("redlease: inspect %q: %w", r, err)
+		}
+		if out[i], err = parseStatus(r, res, 4); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// parseStatus reads the reply of inspect.lua or break.lua: {value, pttl,
+// counter, waiters, ...}, n integers long.
+func parseStatus(resource string, res []any, n int) (Status, error) {
+	bad := fmt.Errorf("redlease: %q: script replied %v", resource, res)
+	if len(res) != n {
+		return Status{}, bad
+	}
+	value, ok := res[0].(string)
+	if !ok {
+		return Status{}, bad
+	}
+	ints := make([]int64, n-1)
+	for i := range ints {
+		if ints[i], ok = res[i+1].(int64); !ok {
+			return Status{}, bad
+		}
+	}
+	st := Status{Resource: resource, LastFence: ints[1], Waiters: ints[2]}
+	if ints[0] != -2 { // the lease key exists
+		st.setLease(value, time.Duration(ints[0])*time.Millisecond)
+	}
+	return st, nil
+}
+
+// scanCount is the COUNT hint of each SCAN call: about how many keys one
+// call looks at, and so the size of one batch of inspections.
+const scanCount = 200
+
+// Scan calls fn with the Status of every resource whose name matches
+// pattern, a Redis glob ("*", "?", "[a-z]"; "" means "*"), in no particular
+// order. It finds them with SCAN, never KEYS: it does not block Redis, but
+// like SCAN it may miss a resource first acquired while it runs, and on
+// Redis Cluster it scans every master in turn. A resource is found by its
+// fence counter, which never expires, so resources that are not held now
+// are included (Status.Held is false); a lease whose counter was lost is
+// found by its lease key. fn is called from the calling goroutine, one
+// Status at a time; if it returns an error, Scan stops and returns it.
+// opts may override the Client's key prefix (WithPrefix).
+func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error, opts ...Option) error {
+	if pattern == "" {
+		pattern = "*"
+	}
+	if fn == nil {
+		return invalidf("nil function")
+	}
+	cfg, err := c.leaseConfig([]string{pattern}, opts)
+	if err != nil {
+		return err
+	}
+	nodes, err := c.scanNodes(ctx)
+	if err != nil {
+		return fmt.Errorf("redlease: scan: %w", err)
+	}
+	match := escapeGlob(cfg.prefix) + "{" + pattern + "}:*"
+	for _, node := range nodes {
+		// Bounded: SCAN returns cursor 0 after one pass over the keyspace.
+		for cursor := uint64(0); ; {
+			keys, next, err := node.Scan(ctx, cursor, match, scanCount).Result()
+			if err != nil {
+				return fmt.Errorf("redlease: scan: %w", err)
+			}
+			if err := c.scanBatch(ctx, &cfg, keys, fn); err != nil {
+				return err
+			}
+			if next == 0 {
+				break
+			}
+			cursor = next
+		}
+	}
+	return nil
+}
+
+// scanBatch inspects the resources named by one SCAN reply's keys and calls
+// fn for each of them.
+func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn func(Status) error) error {
+	var resources []string
+	var leaseOnly []bool // found by the lease key: report only without a counter
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, cfg.prefix+"{")
+		if !ok {
+			continue
+		}
+		if r, ok := strings.CutSuffix(rest, "}:fence"); ok {
+			resources, leaseOnly = append(resources, r), append(leaseOnly, false)
+		} else if r, ok := strings.CutSuffix(rest, "}:lease"); ok {
+			resources, leaseOnly = append(resources, r), append(leaseOnly, true)
+		}
+	}
+	if len(resources) == 0 {
+		return nil
+	}
+	sts, err := c.inspect(ctx, cfg, resources)
+	if err != nil {
+		return err
+	}
+	for i, st := range sts {
+		if leaseOnly[i] && st.LastFence > 0 {
+			continue // reported through its fence counter
+		}
+		if err := fn(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanNodes returns the servers to scan: the client itself, or every master
+// of a cluster, in address order.
+func (c *Client) scanNodes(ctx context.Context) ([]redis.Cmdable, error) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []redis.Cmdable{c.rdb}, nil
+	}
+	var mu sync.Mutex
+	var masters []*redis.Client
+	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters = append(masters, m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(masters, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	nodes := make([]redis.Cmdable, len(masters))
+	for i, m := range masters {
+		nodes[i] = m
+	}
+	return nodes, nil
+}
+
+// escapeGlob quotes the characters that are special in a Redis glob.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Break is an operator's forced release: it deletes the lease of resource,
+// whoever holds it, and wakes the first live waiter, as Release does. If
+// fence is > 0, it deletes the lease only while it has that fence (the
+// holder the operator saw in Inspect), so it cannot remove a newer holder
+// that took over meanwhile; 0 removes any lease. The read and the delete
+// are one script, one atomic step.
+//
+// It returns the Status found just before (the removed lease, when removed
+// is true) and whether it deleted the lease. It never touches the fence
+// counter, so the next holder gets a larger fence than the removed one.
+//
+// Break does not stop the removed holder. Its watchdog finds out at its next
+// renewal (within the renew interval, TTL/3 by default) and ends its lease
+// context with ErrLeaseLost; until then it still believes it holds the
+// lease while the next holder may already run. Only a resource that checks
+// fences keeps the two apart. Use Break for a holder that is gone or stuck,
+// not to hurry one that is working.
+func (c *Client) Break(ctx context.Context, resource string, fence int64, opts ...Option) (st Status, removed bool, err error) {
+	cfg, err := c.leaseConfig([]string{resource}, opts)
+	if err != nil {
+		return Status{}, false, err
+	}
+	if fence < 0 {
+		return Status{}, false, invalidf("negative fence %d", fence)
+	}
+	keys := []string{cfg.key(resource, "lease"), cfg.key(resource, "fence"), cfg.key(resource, "queue"),
+		cfg.key(resource, "alive")}
+	res, err := breakScript.Run(ctx, c.rdb, keys, strconv.FormatInt(fence, 10), cfg.key(resource, "wake"),
+		c.hub.shardedArg()).Slice()
+	if err != nil {
+		return Status{}, false, requestError("break", resource, err)
+	}
+	if st, err = parseStatus(resource, res, 5); err != nil {
+		return Status{}, false, err
+	}
+	return st, res[4] == int64(1), nil
+}

@@ -1,0 +1,249 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInspect(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
+	ctx := t.Context()
+
+	st, err := c.Inspect(ctx, "never")
+	require.NoError(t, err)
+	require.Equal(t, Status{Resource: "never"}, st)
+
+	l, err := c.TryAcquire(ctx, "inv:1")
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := c.Acquire(wctx, "inv:1")
+		waiting <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool {
+		st, err := c.Inspect(ctx, "inv:1")
+		return err == nil && st.Waiters == 1
+	})
+	cancel()
+	require.ErrorIs(t, <-waiting, ErrNotAcquired)
+
+	st, err = c.Inspect(ctx, "inv:1")
+	require.NoError(t, err)
+	require.Equal(t, "inv:1", st.Resource)
+	require.True(t, st.Held)
+	require.Equal(t, l.Owner(), st.Owner)
+	require.Equal(t, l.Fence(), st.Fence)
+	require.Equal(t, l.Fence(), st.LastFence)
+	require.Equal(t, time.Minute, st.TTL)
+	require.NoError(t, l.Release(ctx))
+
+	st, err = c.Inspect(ctx, "inv:1")
+	require.NoError(t, err)
+	require.Equal(t, Status{Resource: "inv:1", LastFence: 1}, st, "released: free, the counter stays")
+
+	// A key written by hand, without a TTL: shown as it is.
+	require.NoError(t, mr.Set("redlease:{manual}:lease", "someone"))
+	st, err = c.Inspect(ctx, "manual")
+	require.NoError(t, err)
+	require.Equal(t, Status{Resource: "manual", Held: true, Owner: "someone", TTL: -1}, st)
+
+	_, err = c.Inspect(ctx, "")
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	st, err = c.Inspect(ctx, "inv:1", WithPrefix("other:"))
+	require.NoError(t, err)
+	require.Equal(t, Status{Resource: "inv:1"}, st, "another prefix is another namespace")
+}
+
+func TestBreakOnMiniredis(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithAutoRenew(false))
+	ctx := t.Context()
+
+	st, removed, err := c.Break(ctx, "free", 0)
+	require.NoError(t, err)
+	require.False(t, removed)
+	require.Equal(t, Status{Resource: "free"}, st)
+
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	st, removed, err = c.Break(ctx, "r", l.Fence()+1)
+	require.NoError(t, err)
+	require.False(t, removed, "another fence than the holder's: nothing removed")
+	require.Equal(t, l.Owner(), st.Owner)
+	require.True(t, mr.Exists("redlease:{r}:lease"))
+
+	st, removed, err = c.Break(ctx, "r", l.Fence())
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.Equal(t, l.Owner(), st.Owner)
+	require.Equal(t, l.Fence(), st.Fence)
+	require.False(t, mr.Exists("redlease:{r}:lease"))
+	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "the counter stays")
+	require.ErrorIs(t, l.Release(ctx), ErrLeaseLost, "the broken holder's release reports the loss")
+
+	_, _, err = c.Break(ctx, "r", -1)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// A holder whose lease an operator broke finds out at its next renewal; the
+// first waiter is woken at once, and the next holder's fence is larger.
+func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	holder := New(rdb, WithTTL(900*time.Millisecond))
+	defer holder.Close(ctx)
+	waiter := New(srv.Client(t))
+	defer waiter.Close(ctx)
+	admin := New(srv.Client(t))
+
+	a, err := holder.TryAcquire(ctx, "job")
+	require.NoError(t, err)
+
+	wake := rdb.Subscribe(ctx, "redlease:{job}:wake")
+	defer wake.Close()
+	_, err = wake.Receive(ctx) // the subscription is confirmed
+	require.NoError(t, err)
+
+	got := make(chan *Lease, 1)
+	go func() {
+		b, err := waiter.Acquire(ctx, "job", WithMaxWait(30*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	waitFor(t, 10*time.Second, func() bool {
+		st, err := admin.Inspect(ctx, "job")
+		return err == nil && st.Waiters == 1
+	})
+
+	st, removed, err := admin.Break(ctx, "job", 0)
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.Equal(t, a.Owner(), st.Owner)
+	require.Equal(t, a.Fence(), st.Fence)
+	require.Equal(t, int64(1), st.Waiters)
+	require.Positive(t, st.TTL)
+
+	msgCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := wake.ReceiveMessage(msgCtx)
+	require.NoError(t, err, "break wakes the first waiter")
+	b := <-got
+	require.NotNil(t, b)
+	defer b.Release(ctx)
+	require.Equal(t, b.Owner(), msg.Payload)
+	require.Equal(t, a.Fence()+1, b.Fence())
+
+	waitDone(t, a.Context(), 10*time.Second)
+	require.ErrorIs(t, context.Cause(a.Context()), ErrLeaseLost)
+	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+	require.NoError(t, b.Context().Err(), "the old holder's release left the new lease alone")
+}
+
+func TestIntegrationScan(t *testing.T) {
+	srv := startRedis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	// A prefix with glob characters must match only itself.
+	c := New(rdb, WithPrefix("ops*[x]:"), WithAutoRenew(false))
+	other := New(rdb, WithPrefix("opsA[x]:"), WithAutoRenew(false))
+
+	held, err := c.TryAcquire(ctx, "a:held")
+	require.NoError(t, err)
+	defer held.Release(ctx)
+	free, err := c.TryAcquire(ctx, "a:free")
+	require.NoError(t, err)
+	require.NoError(t, free.Release(ctx))
+	_, err = other.TryAcquire(ctx, "a:other")
+	require.NoError(t, err)
+	// A lease whose counter was lost (written here by hand) is found by its lease key.
+	require.NoError(t, rdb.Set(ctx, "ops*[x]:{a:orphan}:lease", "ghost:7", time.Minute).Err())
+	// Many more, to take several SCAN pages.
+	const many = 3 * scanCount
+	pipe := rdb.Pipeline()
+	for i := range many {
+		pipe.Set(ctx, fmt.Sprintf("ops*[x]:{b:%d}:fence", i), i+1, 0)
+	}
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+
+	collect := func(pattern string) map[string]Status {
+		t.Helper()
+		found := map[string]Status{}
+		err := c.Scan(ctx, pattern, func(st Status) error {
+			if _, dup := found[st.Resource]; dup {
+				t.Errorf("%q reported twice", st.Resource)
+			}
+			found[st.Resource] = st
+			return nil
+		})
+		require.NoError(t, err)
+		return found
+	}
+
+	a := collect("a:*")
+	require.Len(t, a, 3, "%v", a)
+	require.Equal(t, held.Owner(), a["a:held"].Owner)
+	require.True(t, a["a:held"].Held)
+	require.Equal(t, Status{Resource: "a:free", LastFence: 1}, a["a:free"])
+	require.Equal(t, "ghost", a["a:orphan"].Owner)
+	require.Equal(t, int64(7), a["a:orphan"].Fence)
+	require.Zero(t, a["a:orphan"].LastFence)
+
+	all := collect("")
+	require.Len(t, all, 3+many)
+	require.Equal(t, int64(many), all[fmt.Sprintf("b:%d", many-1)].LastFence)
+
+	stop := errors.New("stop")
+	calls := 0
+	err = c.Scan(ctx, "*", func(Status) error { calls++; return stop })
+	require.ErrorIs(t, err, stop)
+	require.Equal(t, 1, calls)
+	require.ErrorIs(t, c.Scan(ctx, "*", nil), ErrInvalidArgument)
+}
+
+func TestIntegrationAdminOnCluster(t *testing.T) {
+	_, cc := startCluster(t, 3)
+	ctx := t.Context()
+	c := New(cc, WithAutoRenew(false))
+	var names []string
+	for i := range 30 { // spread over the slots of all three masters
+		r := fmt.Sprintf("shard:%d", i)
+		names = append(names, r)
+		l, err := c.TryAcquire(ctx, r)
+		require.NoError(t, err)
+		if i%2 == 0 {
+			require.NoError(t, l.Release(ctx))
+		}
+	}
+	var found []string
+	require.NoError(t, c.Scan(ctx, "shard:*", func(st Status) error {
+		found = append(found, st.Resource)
+		return nil
+	}))
+	slices.Sort(found)
+	slices.Sort(names)
+	require.Equal(t, names, found)
+
+	st, removed, err := c.Break(ctx, "shard:1", 0)
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.Equal(t, int64(1), st.Fence)
+	st, err = c.Inspect(ctx, "shard:1")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+	require.Equal(t, int64(1), st.LastFence)
+	require.NoError(t, cc.Get(ctx, "redlease:{shard:1}:fence").Err())
+	require.ErrorIs(t, cc.Get(ctx, "redlease:{shard:1}:lease").Err(), redis.Nil)
+}

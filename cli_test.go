@@ -1,0 +1,338 @@
+package redlease
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// End-to-end tests of cmd/redlease: the binary is built once, and every
+// subtest runs it against one redis-server, on resources of its own.
+
+// cli runs the redlease binary.
+type cli struct {
+	bin string
+	url string
+}
+
+// result is how a run of the binary ended.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// command returns the binary's command for args, talking to the test's Redis.
+func (c cli) command(ctx context.Context, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+c.url)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	// A process the command left behind may hold the output pipes open:
+	// Wait gives up on them this long after redlease exited.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd, &out, &errOut
+}
+
+func (c cli) run(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd, out, errOut := c.command(ctx, args...)
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("redlease %q: %v", args, err)
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errOut.String()}
+}
+
+func TestCLI(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "redlease")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/redlease").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	srv := startRedis(t)
+	c := cli{bin: bin, url: "redis://" + srv.Addr}
+	locks := New(srv.Client(t))
+	t.Cleanup(func() { _ = locks.Close(context.Background()) })
+
+	t.Run("RunsSerialise", func(t *testing.T) {
+		t.Parallel()
+		log := filepath.Join(t.TempDir(), "log")
+		script := `echo "start $REDLEASE_FENCE" >> "$1"; sleep 0.2; echo "end $REDLEASE_FENCE" >> "$1"`
+		const runs = 3
+		done := make(chan result, runs)
+		for range runs {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				cmd, out, errOut := c.command(ctx, "run", "-wait", "20s", "serial", "--", "sh", "-c", script, "sh", log)
+				_ = cmd.Run()
+				done <- result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errOut.String()}
+			}()
+		}
+		for range runs {
+			r := <-done
+			require.Zero(t, r.code, r.stderr)
+		}
+		data, err := os.ReadFile(log)
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		require.Len(t, lines, 2*runs, "%s", data)
+		last := int64(0)
+		for i := 0; i < len(lines); i += 2 { // start F, end F, start G, end G, ...: no overlap
+			var f int64
+			_, err := fmt.Sscanf(lines[i], "start %d", &f)
+			require.NoError(t, err, "%s", data)
+			require.Equal(t, fmt.Sprintf("end %d", f), lines[i+1], "%s", data)
+			require.Greater(t, f, last, "fences rise")
+			last = f
+		}
+		st, err := locks.Inspect(t.Context(), "serial")
+		require.NoError(t, err)
+		require.False(t, st.Held, "the last run released the lease")
+	})
+
+	t.Run("Environment", func(t *testing.T) {
+		t.Parallel()
+		r := c.run(t, "run", "envres", "--", "sh", "-c", `echo "$REDLEASE_RESOURCE $REDLEASE_FENCE $REDLEASE_OWNER"`)
+		require.Zero(t, r.code, r.stderr)
+		f := strings.Fields(r.stdout)
+		require.Len(t, f, 3)
+		require.Equal(t, "envres", f[0])
+		n, err := locks.LastFence(t.Context(), "envres")
+		require.NoError(t, err)
+		require.Equal(t, strconv.FormatInt(n, 10), f[1])
+		require.Regexp(t, uuidV4, f[2])
+	})
+
+	t.Run("VerboseLogs", func(t *testing.T) {
+		t.Parallel()
+		r := c.run(t, "run", "-v", "verbose", "--", "true")
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stderr, `level=DEBUG msg="redlease acquire" resource=verbose result=ok fence=1`)
+		require.Contains(t, r.stderr, `level=DEBUG msg="redlease release" resource=verbose result=ok`)
+		require.Empty(t, c.run(t, "run", "verbose", "--", "true").stderr, "quiet without -v")
+	})
+
+	t.Run("ExitCodes", func(t *testing.T) {
+		t.Parallel()
+		require.Equal(t, 7, c.run(t, "run", "codes", "--", "sh", "-c", "exit 7").code, "the command's status")
+		require.Equal(t, 128+int(syscall.SIGTERM), c.run(t, "run", "codes", "--", "sh", "-c", "kill -TERM $$").code,
+			"killed by a signal: 128+N, as a shell says")
+		require.Equal(t, 127, c.run(t, "run", "codes", "--", "no-such-command-here").code)
+		require.Equal(t, 2, c.run(t, "run", "-nowait", "-wait", "1s", "codes", "--", "true").code)
+
+		held, err := locks.TryAcquire(t.Context(), "codes")
+		require.NoError(t, err)
+		defer held.Release(t.Context())
+		r := c.run(t, "run", "-nowait", "codes", "--", "touch", filepath.Join(t.TempDir(), "ran"))
+		require.Equal(t, 75, r.code, r.stderr)
+		require.Contains(t, r.stderr, "held by another owner")
+		require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+		r = c.run(t, "run", "-wait", "200ms", "codes", "--", "true")
+		require.Equal(t, 75, r.code, r.stderr)
+
+		r = c.run(t, "status", "-redis", "redis://127.0.0.1:1", "codes")
+		require.Equal(t, 69, r.code)
+		require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
+		require.NotContains(t, r.stderr, "goroutine")
+	})
+
+	// A command whose lease is broken is sent SIGTERM; one that ignores it,
+	// and everything it started, SIGKILL after the grace period.
+	t.Run("BrokenLeaseStopsCommand", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		for _, tc := range []struct {
+			name, script string
+		}{
+			{"obeys", `trap 'echo TERM >> "$1/log"; exit 3' TERM; echo started >> "$1/log"; while :; do sleep 0.05; done`},
+			{"ignores", `trap '' TERM; sleep 60 & echo $! > "$1/pid"; echo started >> "$1/log"; wait`},
+		} {
+			sub := filepath.Join(dir, tc.name)
+			require.NoError(t, os.Mkdir(sub, 0o755))
+			res := "broken:" + tc.name
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cmd, _, errOut := c.command(ctx, "run", "-ttl", "1500ms", "-grace", "300ms", res, "--",
+				"sh", "-c", tc.script, "sh", sub)
+			require.NoError(t, cmd.Start())
+			waitFor(t, 10*time.Second, func() bool {
+				data, _ := os.ReadFile(filepath.Join(sub, "log"))
+				return strings.Contains(string(data), "started")
+			})
+			b := c.run(t, "break", res)
+			require.Zero(t, b.code, b.stderr)
+			require.Contains(t, b.stdout, "removed the lease of")
+
+			err := cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			require.Equal(t, 76, exit.ExitCode(), errOut.String())
+			require.Contains(t, errOut.String(), "sending it SIGTERM")
+			data, _ := os.ReadFile(filepath.Join(sub, "log"))
+			if tc.name == "obeys" {
+				require.Contains(t, string(data), "TERM")
+				require.NotContains(t, errOut.String(), "SIGKILL")
+				continue
+			}
+			require.Contains(t, errOut.String(), "sending it SIGKILL")
+			pid, err := os.ReadFile(filepath.Join(sub, "pid"))
+			require.NoError(t, err)
+			waitFor(t, 10*time.Second, func() bool { return gone(strings.TrimSpace(string(pid))) })
+		}
+	})
+
+	t.Run("SignalsArePassedOn", func(t *testing.T) {
+		t.Parallel()
+		sub := t.TempDir()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd, out, errOut := c.command(ctx, "run", "sig", "--", "sh", "-c",
+			`trap 'echo got-TERM; exit 0' TERM; echo started > "$1/log"; while :; do sleep 0.05; done`, "sh", sub)
+		require.NoError(t, cmd.Start())
+		waitFor(t, 10*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(sub, "log"))
+			return err == nil
+		})
+		require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, cmd.Wait(), errOut.String())
+		require.Contains(t, out.String(), "got-TERM")
+		st, err := locks.Inspect(t.Context(), "sig")
+		require.NoError(t, err)
+		require.False(t, st.Held, "released after the command exited")
+	})
+
+	// If redlease itself is killed, nobody renews the lease: the kernel
+	// sends the command SIGTERM (Linux's parent-death signal).
+	t.Run("CommandEndsWithRedlease", func(t *testing.T) {
+		t.Parallel()
+		if runtime.GOOS != "linux" {
+			t.Skip("parent-death signal is Linux only")
+		}
+		sub := t.TempDir()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd, _, _ := c.command(ctx, "run", "orphan", "--", "sh", "-c",
+			`echo $$ > "$1/pid"; while :; do sleep 0.05; done`, "sh", sub)
+		require.NoError(t, cmd.Start())
+		var pid []byte
+		waitFor(t, 10*time.Second, func() bool {
+			pid, _ = os.ReadFile(filepath.Join(sub, "pid"))
+			return strings.HasSuffix(string(pid), "\n")
+		})
+		n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+		require.NoError(t, err)
+		t.Cleanup(func() { // should the test fail: the command, and only it
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n)); bytes.Contains(cmdline, []byte(sub)) {
+				_ = syscall.Kill(n, syscall.SIGKILL)
+			}
+		})
+		require.NoError(t, cmd.Process.Kill())
+		_ = cmd.Wait()
+		waitFor(t, 10*time.Second, func() bool { return gone(strconv.Itoa(n)) })
+	})
+
+	t.Run("StatusListBreak", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		held, err := locks.TryAcquire(ctx, "ops:held")
+		require.NoError(t, err)
+		defer held.Release(ctx)
+		free, err := locks.TryAcquire(ctx, "ops:free")
+		require.NoError(t, err)
+		require.NoError(t, free.Release(ctx))
+
+		r := c.run(t, "status", "ops:held", "ops:free")
+		require.Zero(t, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		require.Len(t, lines, 3)
+		require.Equal(t, []string{"RESOURCE", "HOLDER", "FENCE", "TTL", "LAST", "FENCE", "WAITERS"}, strings.Fields(lines[0]))
+		require.Equal(t, []string{"ops:held", held.Owner(), fmt.Sprint(held.Fence())}, strings.Fields(lines[1])[:3])
+		require.Equal(t, []string{"ops:free", "-", "-", "-", "1", "0"}, strings.Fields(lines[2]))
+
+		r = c.run(t, "list", "-json", "ops:*")
+		require.Zero(t, r.code, r.stderr)
+		var sts []struct {
+			Resource  string `json:"resource"`
+			Held      bool   `json:"held"`
+			Owner     string `json:"owner"`
+			Fence     int64  `json:"fence"`
+			TTLMS     int64  `json:"ttl_ms"`
+			LastFence int64  `json:"last_fence"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &sts), r.stdout)
+		require.Len(t, sts, 2)
+		require.Equal(t, "ops:free", sts[0].Resource, "sorted by name")
+		require.Equal(t, "ops:held", sts[1].Resource)
+		require.Equal(t, held.Owner(), sts[1].Owner)
+		require.Positive(t, sts[1].TTLMS)
+		r = c.run(t, "list", "-held", "ops:*")
+		require.Zero(t, r.code, r.stderr)
+		require.Equal(t, 2, strings.Count(r.stdout, "\n"), r.stdout)
+
+		r = c.run(t, "break", "-fence", fmt.Sprint(held.Fence()+1), "ops:held")
+		require.Equal(t, 1, r.code, "another fence: nothing removed")
+		require.NoError(t, held.Context().Err())
+		r = c.run(t, "break", "-fence", fmt.Sprint(held.Fence()), "ops:held")
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stdout, held.Owner())
+		require.Contains(t, r.stdout, fmt.Sprintf("fence counter stays at %d", held.Fence()))
+		r = c.run(t, "break", "ops:held")
+		require.Equal(t, 1, r.code, "nothing left to remove")
+
+		next, err := locks.TryAcquire(ctx, "ops:held")
+		require.NoError(t, err)
+		defer next.Release(ctx)
+		require.Greater(t, next.Fence(), held.Fence())
+	})
+	// A Redis Cluster, through a redis+cluster:// URL.
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		nodes, cc := startCluster(t, 3)
+		var addrs []string
+		for _, n := range nodes {
+			addrs = append(addrs, n.Addr)
+		}
+		c := cli{bin: bin, url: "redis+cluster://" + strings.Join(addrs, ",")}
+		for i := range 6 {
+			r := c.run(t, "run", fmt.Sprintf("node:%d", i), "--", "true")
+			require.Zero(t, r.code, r.stderr)
+		}
+		r := c.run(t, "list", "node:*")
+		require.Zero(t, r.code, r.stderr)
+		require.Equal(t, 7, strings.Count(r.stdout, "\n"), "a header and six resources:\n%s", r.stdout)
+
+		locks := New(cc)
+		defer locks.Close(context.Background())
+		held, err := locks.TryAcquire(t.Context(), "node:3")
+		require.NoError(t, err)
+		r = c.run(t, "break", "node:3")
+		require.Zero(t, r.code, r.stderr)
+		require.ErrorIs(t, held.Release(t.Context()), ErrLeaseLost)
+	})
+}
+
+// gone reports whether the process pid has ended (a zombie counts as ended).
+func gone(pid string) bool {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return true
+	}
+	_, after, _ := strings.Cut(string(data), ") ")
+	return strings.HasPrefix(after, "Z")
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlease/redlease"
+)
+
+// Exit codes; see the usage text.
+const (
+	exitOK          = 0
+	exitFailed      = 1  // break removed nothing; any other failure
+	exitUsage       = 2  // bad flags or arguments
+	exitUnavailable = 69 // Redis unreachable or refusing (sysexits EX_UNAVAILABLE)
+	exitBusy        = 75 // run: lease not acquired (sysexits EX_TEMPFAIL)
+	exitLost        = 76 // run: the lease ended while the command ran
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+// defaultURL is the Redis used when neither -redis nor REDIS_URL is given.
+const defaultURL = "redis://127.0.0.1:6379/0"
+
+// pingTimeout bounds the first round trip, which tells an unreachable Redis
+// apart from everything else.
+const pingTimeout = 5 * time.Second
+
+// conn holds the flags shared by the commands that talk to Redis.
+type conn struct {
+	url     string
+	prefix  string
+	verbose bool
+}
+
+func addConnFlags(fs *flag.FlagSet) *conn {
+	c := &conn{}
+	fs.StringVar(&c.url, "redis", "", "Redis `URL`: redis://, rediss://, redis+cluster://, redis+sentinel:// (default $REDIS_URL, else "+defaultURL+")")
+	fs.StringVar(&c.prefix, "prefix", redlease.DefaultPrefix, "key `prefix` of the leases")
+	fs.BoolVar(&c.verbose, "v", false, "log debug records to stderr")
+	return c
+}
+
+// session is a connection to Redis and a redlease Client on it.
+type session struct {
+	rdb    redis.UniversalClient
+	locks  *redlease.Client
+	where  string
+	logger *slog.Logger // nil without -v
+}
+
+// open connects as the flags say and checks that Redis answers. Its error
+// is a usage error (*usageError) for a bad URL, else a Redis error.
+func (c *conn) open(ctx context.Context, stderr io.Writer) (*session, error) {
+	raw := c.url
+	if raw == "" {
+		raw = os.Getenv("REDIS_URL")
+	}
+	if raw == "" {
+		raw = defaultURL
+	}
+	rdb, err := newRedis(raw)
+	if err != nil {
+		return nil, &usageError{fmt.Sprintf("-redis %q: %v", raw, err)}
+	}
+	s := &session{rdb: rdb, where: redacted(raw)}
+	opts := []redlease.Option{redlease.WithPrefix(c.prefix)}
+	if c.verbose {
+		s.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		opts = append(opts, redlease.WithLogger(s.logger))
+		redis.SetLogger(&quietRedisLogger{s.logger})
+	}
+	s.locks = redlease.New(rdb, opts...)
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		s.close()
+		return nil, fmt.Errorf("Redis at %s unreachable: %w", s.where, err)
+	}
+	s.debug("connected", "redis", s.where)
+	return s, nil
+}
+
+func (s *session) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), redlease.DefaultReleaseTimeout)
+	defer cancel()
+	_ = s.locks.Close(ctx)
+	_ = s.rdb.Close()
+}
+
+func (s *session) debug(msg string, args ...any) {
+	if s.logger != nil {
+		s.logger.Debug(msg, args...)
+	}
+}
+
+// newRedis returns a client for a Redis URL:
+//
+//	redis://[user:password@]host:port[/db][?option=value...]      one server
+//	rediss://...                                                  the same over TLS
+//	redis+cluster://[user:password@]host:port,host:port[?...]     Redis Cluster (seed nodes)
+//	redis+sentinel://[user:password@]host:port,host:port[/db]?master_name=NAME
+//
+// rediss+cluster:// and rediss+sentinel:// use TLS. The query options are
+// go-redis's (dial_timeout, read_timeout, ...).
+func newRedis(raw string) (redis.UniversalClient, error) {
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, errors.New("not a URL (redis://host:port)")
+	}
+	base, kind, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" {
+		return nil, fmt.Errorf("unknown scheme %q", scheme)
+	}
+	switch kind {
+	case "":
+		opt, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClient(opt), nil
+	case "cluster":
+		u, err := multiHostURL(raw, base)
+		if err != nil {
+			return nil, err
+		}
+		opt, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(opt), nil
+	case "sentinel":
+		u, err := multiHostURL(raw, base)
+		if err != nil {
+			return nil, err
+		}
+		opt, err := redis.ParseFailoverURL(u)
+		if err != nil {
+			return nil, err
+		}
+		if opt.MasterName == "" {
+			return nil, errors.New("redis+sentinel:// needs ?master_name=NAME")
+		}
+		return redis.NewFailoverClient(opt), nil
+	}
+	return nil, fmt.Errorf("unknown scheme %q", scheme)
+}
+
+// multiHostURL turns scheme://[userinfo@]h1,h2,h3/path?query into the form
+// go-redis parses: base://[userinfo@]h1/path?query&addr=h2&addr=h3.
+func multiHostURL(raw, base string) (string, error) {
+	_, rest, _ := strings.Cut(raw, "://")
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	userinfo := ""
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		userinfo, authority = authority[:i+1], authority[i+1:]
+	}
+	hosts := strings.Split(authority, ",")
+	for _, h := range hosts {
+		if h == "" {
+			return "", errors.New("empty host in the list")
+		}
+	}
+	u, err := url.Parse(base + "://" + userinfo + hosts[0] + tail)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// redacted is a URL without its password, for messages.
+func redacted(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndexByte(rest[:end], '@')
+	if at < 0 {
+		return raw
+	}
+	user, _, hasPassword := strings.Cut(rest[:at], ":")
+	if !hasPassword {
+		return raw
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// usageError is a mistake in the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// newFlagSet returns a flag set that reports nothing itself: parse does.
+func newFlagSet(name, help string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), help)
+		fmt.Fprintln(fs.Output(), "\nFlags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args. done is true when the command should end with code:
+// after -h (help on stdout, 0) or a bad flag (one line on stderr, 2).
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return exitOK, true
+	case err != nil:
+		return fail(stderr, fs.Name(), &usageError{err.Error()}), true
+	}
+	return exitOK, false
+}
+
+// fail reports err on one line of stderr and returns the exit code for it:
+// exitUsage for usage errors and invalid arguments, exitUnavailable for
+// anything else (Redis could not be reached or refused).
+func fail(stderr io.Writer, cmd string, err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) || errors.Is(err, redlease.ErrInvalidArgument) {
+		fmt.Fprintf(stderr, "redlease %s: %v (see 'redlease %s -h')\n", cmd, err, cmd)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "redlease %s: %v\n", cmd, err)
+	return exitUnavailable
+}
+
+// quietRedisLogger keeps go-redis's own log lines (reconnects, pool
+// chatter) off stderr; with -v they go to the debug log.
+type quietRedisLogger struct{ l *slog.Logger }
+
+func (q *quietRedisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if q.l != nil {
+		q.l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+	}
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redlease/redlease"
+)
+
+const runHelp = `usage: redlease run [flags] RESOURCE -- COMMAND [ARG...]
+
+Runs COMMAND while holding the lease of RESOURCE: a flock(1) for a fleet.
+It takes the lease (waiting for it unless -nowait), starts COMMAND with
+these variables added to its environment:
+
+  REDLEASE_RESOURCE  the resource name
+  REDLEASE_FENCE     the lease's fencing token: pass it with every write, and
+                     let the target reject a fence older than the newest it saw
+  REDLEASE_OWNER     the lease's owner token
+
+renews the lease while COMMAND runs, and releases it when COMMAND exits.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlease are passed on to
+COMMAND. COMMAND runs in a process group of its own, so signals reach
+everything it starts; it cannot read from a terminal.
+
+If the lease ends while COMMAND runs (Redis says it is not ours any more, no
+renewal was confirmed in time, or -max-hold ran out), COMMAND's process group
+gets SIGTERM, and SIGKILL if it still runs -grace later. The lease context
+ends a safety margin (-margin) before Redis can let the next holder in; a
+-grace longer than that lets COMMAND overlap the next holder, and then only
+REDLEASE_FENCE protects the target.
+
+Exit status:
+  the command's own status (128+N if it was killed by signal N)
+  69   Redis unreachable or refusing; the command did not run
+  75   not acquired: the lease is held (-nowait) or -wait ran out
+  76   the lease ended while the command ran (lost, not renewed in time,
+       broken by an operator, or -max-hold reached); the command was stopped
+       or had already finished without the lease; its own status is on stderr
+  126  the command could not be executed
+  127  the command was not found
+  128+N  redlease got signal N while waiting for the lease
+  2    usage error
+
+Examples:
+  redlease run nightly-report -- ./report.sh --date today
+  redlease run -nowait -ttl 1m backup -- sh -c 'pg_dump app | gzip > /backup/app.gz'
+  redlease run -wait 5m -max-hold 1h -grace 30s migrate -- ./migrate up
+`
+
+func runCommand(args []string, stdout, stderr io.Writer) int {
+	fset := newFlagSet("run", runHelp)
+	cf := addConnFlags(fset)
+	ttl := fset.Duration("ttl", redlease.DefaultTTL, "lease `TTL`; the lease is renewed every TTL/3")
+	wait := fset.Duration("wait", 0, "wait at most this long for the lease (0: until it is acquired)")
+	nowait := fset.Bool("nowait", false, "do not wait: exit 75 at once if the lease is held")
+	maxHold := fset.Duration("max-hold", 0, "stop the command and let the lease go after this long (0: no limit)")
+	grace := fset.Duration("grace", 10*time.Second, "how long after SIGTERM a command that lost its lease gets SIGKILL")
+	margin := fset.Duration("margin", 0, "safety margin: how long before the TTL runs out, unrenewed, the command is stopped (0: TTL/10)")
+	fair := fset.Bool("fair", false, "hand the lease to waiters in arrival order")
+	if code, done := parse(fset, args, stdout, stderr); done {
+		return code
+	}
+	rest := fset.Args()
+	switch {
+	case len(rest) == 0:
+		return fail(stderr, "run", &usageError{"no RESOURCE given"})
+	case len(rest) > 1 && rest[1] != "--" && strings.HasPrefix(rest[1], "-"):
+		return fail(stderr, "run", &usageError{fmt.Sprintf("flag %s after RESOURCE: flags go before it", rest[1])})
+	case *nowait && *wait > 0:
+		return fail(stderr, "run", &usageError{"-wait and -nowait exclude each other"})
+	case *grace < 0 || *wait < 0:
+		return fail(stderr, "run", &usageError{"-grace and -wait must not be negative"})
+	}
+	resource, argv := rest[0], rest[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return fail(stderr, "run", &usageError{"no COMMAND given"})
+	}
+	opts := []redlease.Option{redlease.WithTTL(*ttl), redlease.WithMaxHold(*maxHold), redlease.WithFair(*fair)}
+	if *margin > 0 {
+		opts = append(opts, redlease.WithSafetyMargin(*margin))
+	}
+	if *wait > 0 {
+		opts = append(opts, redlease.WithMaxWait(*wait))
+	}
+
+	ctx := context.Background()
+	s, err := cf.open(ctx, stderr)
+	if err != nil {
+		return fail(stderr, "run", err)
+	}
+	defer s.close()
+	r := &runner{s: s, resource: resource, argv: argv, grace: *grace, stdout: stdout, stderr: stderr}
+	return r.run(ctx, !*nowait, opts)
+}
+
+// runner is one redlease run.
+type runner struct {
+	s        *session
+	resource string
+	argv     []string
+	grace    time.Duration
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+func (r *runner) say(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "redlease run: "+format+"\n", args...)
+}
+
+// signalError is the cause of an acquire stopped by a signal.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "got signal " + e.sig.String() }
+
+func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int {
+	// Signals are caught from here on: while waiting they stop the wait,
+	// while the command runs they are passed on to it.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	// A command that cannot be found fails before the lease is taken.
+	cmd := exec.Command(r.argv[0], r.argv[1:]...)
+	if cmd.Err != nil {
+		r.say("%v", cmd.Err)
+		return exitNotFound
+	}
+	lease, code := r.acquire(ctx, sigs, wait, opts)
+	if lease == nil {
+		return code
+	}
+
+	// The parent-death signal (Linux) is tied to the thread that starts the
+	// command: keep this goroutine on it until the command has ended.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
+	cmd.Env = append(os.Environ(),
+		"REDLEASE_RESOURCE="+r.resource,
+		"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
+		"REDLEASE_OWNER="+lease.Owner())
+	setGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		_ = r.release(lease)
+		r.say("%v", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotExec
+	}
+	r.s.debug("started", "pid", cmd.Process.Pid)
+
+	lost := r.supervise(cmd, lease, sigs)
+	status := exitStatus(cmd.ProcessState)
+	if lost == nil && lease.Context().Err() != nil {
+		lost = context.Cause(lease.Context()) // ended as the command exited
+	}
+	relErr := r.release(lease)
+	switch {
+	case lost != nil:
+		r.say("the command exited with status %d after the lease of %q ended", status, r.resource)
+		return exitLost
+	case errors.Is(relErr, redlease.ErrLeaseLost):
+		r.say("the lease of %q was lost before the command ended (it expired or was broken): %v; "+
+			"the command exited with status %d", r.resource, relErr, status)
+		return exitLost
+	case relErr != nil:
+		r.say("release failed (the lease expires within its TTL): %v", relErr)
+	}
+	r.s.debug("released", "resource", r.resource, "status", status)
+	return status
+}
+
+// acquire takes the lease, or returns nil and the exit code.
+func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal, wait bool, opts []redlease.Option) (*redlease.Lease, int) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { // ends when a signal came or the acquire is over
+		defer close(watched)
+		select {
+		case sig := <-sigs:
+			cancel(signalError{sig})
+		case <-stop:
+		}
+	}()
+	var lease *redlease.Lease
+	var err error
+	if wait {
+		lease, err = r.s.locks.Acquire(actx, r.resource, opts...)
+	} else {
+		lease, err = r.s.locks.TryAcquire(actx, r.resource, opts...)
+	}
+	close(stop)
+	<-watched
+
+	var sig signalError
+	if errors.As(context.Cause(actx), &sig) {
+		if lease != nil {
+			_ = r.release(lease)
+		}
+		r.say("%v while waiting for %q", sig, r.resource)
+		return nil, signalStatus(sig.sig)
+	}
+	var busy *redlease.BusyError
+	switch {
+	case err == nil:
+		return lease, exitOK
+	case errors.As(err, &busy):
+		r.say("not acquired: %v", err)
+		return nil, exitBusy
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redlease.ErrOutcomeUnknown):
+		r.say("not acquired within -wait: %v", err)
+		return nil, exitBusy
+	}
+	return nil, fail(r.stderr, "run", err)
+}
+
+// supervise waits for the command to exit, passing signals on, and stops it
+// if the lease ends first. It returns why the lease ended, if it did.
+func (r *runner) supervise(cmd *exec.Cmd, lease *redlease.Lease, sigs <-chan os.Signal) (lost error) {
+	exited := make(chan struct{})
+	go func() { // ends when the command has exited
+		defer close(exited)
+		_ = cmd.Wait() // its status is in cmd.ProcessState
+	}()
+	leaseDone := lease.Context().Done()
+	var kill *time.Timer
+	var killC <-chan time.Time
+	defer func() {
+		if kill != nil {
+			kill.Stop()
+		}
+	}()
+	for { // ends when the command exits; SIGKILL makes sure it does
+		select {
+		case <-exited:
+			if lost != nil {
+				_ = signalGroup(cmd.Process, os.Kill) // what the command left behind in its group
+			}
+			return lost
+		case sig := <-sigs:
+			r.s.debug("passing a signal on", "signal", sig.String())
+			if err := signalGroup(cmd.Process, sig); err != nil {
+				r.say("passing %v on: %v", sig, err)
+			}
+		case <-leaseDone:
+			leaseDone = nil
+			lost = context.Cause(lease.Context())
+			r.say("lease of %q ended while the command ran: %v; sending it %s", r.resource, lost, terminateName)
+			if err := signalGroup(cmd.Process, terminate); err != nil {
+				r.say("sending %s: %v", terminateName, err)
+			}
+			kill = time.NewTimer(r.grace)
+			killC = kill.C
+		case <-killC:
+			killC = nil
+			r.say("the command still runs %v after %s; sending it SIGKILL", r.grace, terminateName)
+			if err := signalGroup(cmd.Process, os.Kill); err != nil {
+				r.say("sending SIGKILL: %v", err)
+			}
+		}
+	}
+}
+
+// release releases the lease; its error is reported by the caller.
+func (r *runner) release(lease *redlease.Lease) error {
+	return lease.Release(context.Background())
+}
