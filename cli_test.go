@@ -69,6 +69,14 @@ func TestCLI(t *testing.T) {
 	locks := New(srv.Client(t))
 	t.Cleanup(func() { _ = locks.Close(context.Background()) })
 
+	t.Run("DemoOnRealRedis", func(t *testing.T) {
+		t.Parallel()
+		r := c.run(t, "demo", "-redis", c.url, "-ttl", "500ms", "-resource", "demo-invoice")
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stdout, "REJECTED by the resource: redlease: stale fence")
+		require.Contains(t, r.stdout, `the invoice says "paid by B"`)
+	})
+
 	t.Run("RunsSerialise", func(t *testing.T) {
 		t.Parallel()
 		log := filepath.Join(t.TempDir(), "log")

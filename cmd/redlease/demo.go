@@ -53,7 +53,13 @@ func demo(args []string, stdout, stderr io.Writer) error {
 
 	// On a real server the fences continue from earlier runs, as they should.
 	locks := redlease.New(rdb, redlease.WithTTL(*ttl), redlease.WithPrefix("redlease-demo:"))
-	ledger := &ledger{}
+	// The resource: an invoice's status in Redis, written only through the
+	// fencing guard, which checks the fence in the same script as the write.
+	guard := redlease.NewRedisGuard(rdb)
+	invoice := *resource + ":status"
+	write := func(l *redlease.Lease, value string) error {
+		return guard.Set(ctx, invoice, value, 0, l.Fence(), l.Owner())
+	}
 
 	// A's whole process freezes, its watchdog included; turning A's watchdog
 	// off models that. (A waits out a lease left by an interrupted run.)
@@ -78,7 +84,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		}
 		defer b.Release(ctx)
 		say("B", "acquired %q with fence %d after A's lease expired in Redis", *resource, b.Fence())
-		if err := ledger.write(b.Fence(), b.Owner(), "paid by B"); err != nil {
+		if err := write(b, "paid by B"); err != nil {
 			bDone <- fmt.Errorf("B's write: %w", err)
 			return
 		}
@@ -94,16 +100,22 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	say("A", "wakes up and writes %q with fence %d", "paid by A", a.Fence())
-	if err := ledger.write(a.Fence(), a.Owner(), "paid by A"); err != nil {
+	switch err := write(a, "paid by A"); {
+	case errors.Is(err, redlease.ErrStaleFence):
 		say("A", "REJECTED by the resource: %v", err)
-	} else {
+	case err != nil:
+		return fmt.Errorf("A's write: %w", err)
+	default:
 		return errors.New("the resource accepted a stale write; this is a bug")
 	}
 	if err := a.Release(ctx); err != nil {
 		say("A", "release reports: %v", err)
 	}
-	fence, value := ledger.state()
-	fmt.Fprintf(stdout, "\nresource holds %q from fence %d: the stale write changed nothing.\n", value, fence)
+	value, err := rdb.Get(ctx, invoice).Result()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nthe invoice says %q: the stale write changed nothing.\n", value)
 	return nil
 }
 
@@ -147,30 +159,4 @@ func connect(url string) (redis.UniversalClient, string, func(), error) {
 		<-ticked
 		mr.Close()
 	}, nil
-}
-
-// ledger is the protected resource: it remembers the newest fence it accepted
-// and who wrote with it, and in the same step as each write rejects an older
-// fence, or the same fence from another owner.
-type ledger struct {
-	mu    sync.Mutex
-	fence int64
-	owner string
-	value string
-}
-
-func (l *ledger) write(fence int64, owner, value string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if fence < l.fence || (fence == l.fence && owner != l.owner) {
-		return fmt.Errorf("stale fence %d, newest accepted is %d", fence, l.fence)
-	}
-	l.fence, l.owner, l.value = fence, owner, value
-	return nil
-}
-
-func (l *ledger) state() (int64, string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fence, l.value
 }
