@@ -40,8 +40,8 @@ type outcomeKind uint8
 
 const (
 	resOK      outcomeKind = iota // acquired, renewed, released, write accepted
-	resFail                  // busy / lost / write rejected
-	resUnknown               // the outcome could not be learned
+	resFail                       // busy / lost / write rejected
+	resUnknown                    // the outcome could not be learned
 )
 
 func (r outcomeKind) String() string { return [...]string{"ok", "fail", "unknown"}[r] }
