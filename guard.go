@@ -1,5 +1,11 @@
 package redlease
 
+import (
+	"context"
+	"errors"
+	"time"
+)
+
 // Guards: the resource-side half of fencing.
 //
 // A fencing token protects nothing until the resource checks it, in the same
@@ -53,4 +59,27 @@ func checkLuaToken(fence int64, owner string) error {
 		return invalidf("fence %d is above MaxFence (2^53)", fence)
 	}
 	return checkToken(fence, owner)
+}
+
+// reportStale tells observers (WithObserver given to a guard) about a write
+// the guard refused, as an EventStaleFence.
+func reportStale(ctx context.Context, observers []Observer, start time.Time, err error) {
+	var stale *StaleFenceError
+	if len(observers) == 0 || !errors.As(err, &stale) {
+		return
+	}
+	e := Event{Kind: EventStaleFence, Outcome: OutcomeStale, Resource: stale.Resource, Owner: stale.Owner,
+		Fence: stale.Fence, Start: start, End: time.Now(), Err: err}
+	for _, o := range observers {
+		o.Observe(ctx, e)
+	}
+}
+
+// observersOf returns the observers among a guard's options; the guards
+// take the Client's Option type for WithObserver and WithLogger, and ignore
+// the other options.
+func observersOf(opts []Option) []Observer {
+	var c config
+	c.apply(opts)
+	return c.observers
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -88,6 +89,8 @@ type HTTPGuard struct {
 	// so is one whose Fencing-Resource header names another resource; the
 	// header may then be left out. If nil, the header names the resource.
 	ResourceOf func(*http.Request) string
+	// Observer, if set, sees each refused request as an EventStaleFence.
+	Observer Observer
 }
 
 // Wrap returns next behind the guard. It panics if Store or next is nil. The
@@ -102,10 +105,14 @@ func (g HTTPGuard) Wrap(next http.Handler) http.Handler {
 			http.Error(w, herr.msg, herr.status)
 			return
 		}
+		start := time.Now()
 		done, err := g.Store.Admit(r.Context(), resource, fence, owner)
 		var stale *StaleFenceError
 		switch {
 		case errors.As(err, &stale):
+			if g.Observer != nil {
+				reportStale(r.Context(), []Observer{g.Observer}, start, err)
+			}
 			w.Header().Set(HeaderFencingNewest, strconv.FormatInt(stale.Newest, 10))
 			http.Error(w, stale.Error(), http.StatusConflict)
 			return

@@ -180,13 +180,17 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 // bypasses the check. For writes other than Set and Del, use a FencedScript.
 // A RedisGuard is safe for concurrent use.
 type RedisGuard struct {
-	rdb redis.UniversalClient
+	rdb       redis.UniversalClient
+	observers []Observer
 }
 
 // NewRedisGuard returns a guard that writes through rdb: a plain, Sentinel
 // (failover) or cluster go-redis client. A nil rdb makes every call return
-// ErrInvalidArgument.
-func NewRedisGuard(rdb redis.UniversalClient) *RedisGuard { return &RedisGuard{rdb: rdb} }
+// ErrInvalidArgument. Of the options, WithObserver and WithLogger apply: they
+// see each refused write as an EventStaleFence.
+func NewRedisGuard(rdb redis.UniversalClient, opts ...Option) *RedisGuard {
+	return &RedisGuard{rdb: rdb, observers: observersOf(opts)}
+}
 
 // Set sets key to value, with the TTL ttl (0 for none; else a whole number of
 // milliseconds), as SET does, if the fencing rule admits fence and owner for
@@ -199,7 +203,10 @@ func (g *RedisGuard) Set(ctx context.Context, key string, value any, ttl time.Du
 	if ttl < 0 || ttl%time.Millisecond != 0 {
 		return invalidf("TTL %v is not 0 or a positive whole number of milliseconds", ttl)
 	}
-	return fencedSet.Run(ctx, g.rdb, []string{key}, fence, owner, value, ttl.Milliseconds()).Err()
+	start := time.Now()
+	err := fencedSet.Run(ctx, g.rdb, []string{key}, fence, owner, value, ttl.Milliseconds()).Err()
+	reportStale(ctx, g.observers, start, err)
+	return err
 }
 
 // Del deletes key if the fencing rule admits fence and owner for key, and
@@ -210,6 +217,8 @@ func (g *RedisGuard) Del(ctx context.Context, key string, fence int64, owner str
 	if g == nil {
 		return false, invalidf("nil RedisGuard")
 	}
+	start := time.Now()
 	n, err := fencedDel.Run(ctx, g.rdb, []string{key}, fence, owner).Int64()
+	reportStale(ctx, g.observers, start, err)
 	return n == 1, err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // SQLDialect names the SQL a guard writes. The guards use database/sql only
@@ -85,18 +86,19 @@ var (
 // The zero value is not usable; call NewSQLGuard. An SQLGuard is safe for
 // concurrent use.
 type SQLGuard struct {
-	dialect SQLDialect
-	table   string
-	upsert  string
-	newest  string
-	ddl     string
+	dialect   SQLDialect
+	table     string
+	upsert    string
+	newest    string
+	ddl       string
+	observers []Observer
 }
 
 // NewSQLGuard returns a guard that keeps its records in table, a plain or
 // schema-qualified identifier (letters, digits and underscores; spliced into
 // SQL unquoted, so PostgreSQL folds it to lower case). The table must have the
 // columns that CreateTable creates. NewSQLGuard does no I/O.
-func NewSQLGuard(dialect SQLDialect, table string) (*SQLGuard, error) {
+func NewSQLGuard(dialect SQLDialect, table string, opts ...Option) (*SQLGuard, error) {
 	if !dialect.valid() {
 		return nil, invalidf("unknown SQL dialect %q", dialect)
 	}
@@ -104,7 +106,7 @@ func NewSQLGuard(dialect SQLDialect, table string) (*SQLGuard, error) {
 		return nil, invalidf("table name %q is not a plain identifier", table)
 	}
 	p := dialect.placeholder
-	g := &SQLGuard{dialect: dialect, table: table}
+	g := &SQLGuard{dialect: dialect, table: table, observers: observersOf(opts)}
 	// The alias g names the stored row, excluded the offered one. The update
 	// branch doubles as the check: when its WHERE fails, no row is affected.
 	g.upsert = fmt.Sprintf(`INSERT INTO %s AS g (resource, fence, owner) VALUES (%s, %s, %s)
@@ -148,7 +150,10 @@ func (g *SQLGuard) CreateTable(ctx context.Context, db SQLTx) error {
 // that transaction ends or ctx does. Under PostgreSQL's REPEATABLE READ or
 // SERIALIZABLE a concurrent accepted check makes it fail with a serialization
 // error; retry the whole transaction then.
-func (g *SQLGuard) Check(ctx context.Context, tx SQLTx, resource string, fence int64, owner string) error {
+func (g *SQLGuard) Check(ctx context.Context, tx SQLTx, resource string, fence int64, owner string) (err error) {
+	if g != nil && len(g.observers) > 0 {
+		defer func(start time.Time) { reportStale(ctx, g.observers, start, err) }(time.Now())
+	}
 	switch {
 	case g == nil:
 		return invalidf("nil SQLGuard")
@@ -209,13 +214,14 @@ type RowGuard struct {
 	table, fenceCol, ownCol string
 	newest                  string
 	fenceOnly               bool
+	observers               []Observer
 }
 
 // NewRowGuard returns a guard of rows of table, identified by idColumn, that
 // keep the last accepted fence in fenceColumn and its owner in ownerColumn
 // (empty for the strict pattern). Names are plain identifiers, spliced into
 // SQL unquoted. NewRowGuard does no I/O.
-func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn string) (*RowGuard, error) {
+func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn string, opts ...Option) (*RowGuard, error) {
 	if !dialect.valid() {
 		return nil, invalidf("unknown SQL dialect %q", dialect)
 	}
@@ -230,7 +236,8 @@ func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn s
 			return nil, invalidf("column name %q is not a plain identifier", c)
 		}
 	}
-	g := &RowGuard{dialect: dialect, table: table, fenceCol: fenceColumn, ownCol: ownerColumn, fenceOnly: ownerColumn == ""}
+	g := &RowGuard{dialect: dialect, table: table, fenceCol: fenceColumn, ownCol: ownerColumn, fenceOnly: ownerColumn == "",
+		observers: observersOf(opts)}
 	owner := ownerColumn
 	if g.fenceOnly {
 		owner = "''"
@@ -279,7 +286,10 @@ func (g *RowGuard) Verify(ctx context.Context, tx SQLTx, res sql.Result, id any,
 // row is missing or the fence was not the reason (the row is in another
 // state). It never returns nil. Run it in the transaction of the UPDATE, if
 // any, so that it reads what the UPDATE saw, or later.
-func (g *RowGuard) Explain(ctx context.Context, tx SQLTx, id any, fence int64, owner string) error {
+func (g *RowGuard) Explain(ctx context.Context, tx SQLTx, id any, fence int64, owner string) (err error) {
+	if g != nil && len(g.observers) > 0 {
+		defer func(start time.Time) { reportStale(ctx, g.observers, start, err) }(time.Now())
+	}
 	if g == nil || isNil(tx) {
 		return invalidf("nil RowGuard or transaction")
 	}
@@ -287,7 +297,7 @@ func (g *RowGuard) Explain(ctx context.Context, tx SQLTx, id any, fence int64, o
 		newest      sql.NullInt64
 		newestOwner sql.NullString
 	)
-	err := tx.QueryRowContext(ctx, g.newest, id).Scan(&newest, &newestOwner)
+	err = tx.QueryRowContext(ctx, g.newest, id).Scan(&newest, &newestOwner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %s has no row %v", ErrNoRowMatched, g.table, id)
 	}
