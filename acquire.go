@@ -83,9 +83,11 @@ const maxUnknownRetries = 2
 // token used for every attempt.
 type acquisition struct {
 	c         *Client
-	cfg       config
+	cfg       *config
 	resources []string
 	owner     string
+	ownerArg  any // owner, boxed once for the scripts' arguments
+	names     []resourceKeys
 	keys      []string // lease, fence, queue and alive key of each resource
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue
@@ -109,9 +111,12 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 		defer cancel()
 	}
 	a := &acquisition{c: c, cfg: cfg, resources: resources, owner: id.String(), wait: wait,
-		keys: make([]string, 0, 4*len(resources))}
-	for _, r := range resources {
-		a.keys = append(a.keys, cfg.key(r, "lease"), cfg.key(r, "fence"), cfg.key(r, "queue"), cfg.key(r, "alive"))
+		names: make([]resourceKeys, len(resources)), keys: make([]string, 0, 4*len(resources))}
+	a.ownerArg = a.owner
+	for i, r := range resources {
+		k := cfg.keys(r)
+		a.names[i] = k
+		a.keys = append(a.keys, k.lease, k.fence, k.queue, k.alive)
 	}
 	start := time.Now()
 	var leases []*Lease
@@ -192,12 +197,17 @@ func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 
 // waitFor attempts until the leases are ours or ctx ends.
 func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
-	wake := make(chan struct{}, 1)
-	waiters := make([]*waiter, len(a.resources))
-	for i, r := range a.resources {
-		waiters[i] = a.c.hub.join(a.cfg.key(r, "wake"), a.owner, wake)
-		defer waiters[i].leave()
-	}
+	// The waiter joins the hub only once an attempt found a lease busy: an
+	// uncontended acquire costs nothing here.
+	var (
+		wake    chan struct{}
+		waiters []*waiter
+	)
+	defer func() {
+		for _, w := range waiters {
+			w.leave()
+		}
+	}()
 	retry := backoff{min: minBackoff, max: maxBackoff}        // after errors
 	poll := backoff{min: waitBackoffMin, max: waitBackoffMax} // between wake-ups
 	var (
@@ -216,6 +226,12 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 		switch {
 		case errors.As(err, &busy):
 			unknown, failed = nil, nil // someone else holds it, so no attempt of ours does
+			if waiters == nil {
+				wake = make(chan struct{}, 1)
+				for i := range a.resources {
+					waiters = append(waiters, a.c.hub.join(a.names[i].wake, a.owner, wake))
+				}
+			}
 			if w := waiters[busy.index]; !w.subscribed() && w.subscribe(ctx) {
 				continue // at once: the lease may have been freed before the subscription
 			}
@@ -269,8 +285,8 @@ func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
 func (a *acquisition) leave(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.releaseTimeout)
 	defer cancel()
-	for i, r := range a.resources {
-		_, _ = a.c.release(rctx, &a.cfg, r, a.keys[4*i], a.owner)
+	for i := range a.resources {
+		_, _ = a.c.release(rctx, a.cfg, &a.names[i], a.ownerArg)
 	}
 }
 
@@ -281,25 +297,24 @@ func notAcquired(resource string, err error) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotAcquired, resource, err)
 }
 
-// release runs the release script: compare-and-delete, leave the queue, wake
-// the next waiter.
-func (c *Client) release(ctx context.Context, cfg *config, resource, leaseKey, owner string) (bool, error) {
-	keys := []string{leaseKey, cfg.key(resource, "queue"), cfg.key(resource, "alive"), cfg.key(resource, "released")}
-	n, err := releaseScript.Run(ctx, c.rdb, keys, owner, cfg.key(resource, "wake"), c.hub.shardedArg(),
-		cfg.ttl.Milliseconds()).Int64()
+// release runs the release script for owner: compare-and-delete, leave the
+// queue, wake the next waiter.
+func (c *Client) release(ctx context.Context, cfg *config, k *resourceKeys, owner any) (bool, error) {
+	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lease, k.queue, k.alive, k.released},
+		owner, k.wake, c.hub.shardedArg(), cfg.ttlArg).Int64()
 	return n == 1, err
 }
 
 // attempt runs the acquire script once.
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
-	cfg := &a.cfg
-	var timeout int64
+	cfg := a.cfg
+	timeout := any(0)
 	if a.wait {
-		timeout = waiterTimeout.Milliseconds()
+		timeout = waiterTimeoutArg
 	}
-	script, args := acquireScript, []any{a.owner, cfg.ttl.Milliseconds(), timeout, flag(cfg.fair), flag(a.queued)}
+	script, args := acquireScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(cfg.fair), flag(a.queued)}
 	if len(a.resources) > 1 {
-		script, args = acquireAllScript, []any{a.owner, cfg.ttl.Milliseconds(), timeout, flag(a.queued)}
+		script, args = acquireAllScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(a.queued)}
 	}
 	sent := time.Now()
 	var (
@@ -343,7 +358,7 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	}
 	leases := make([]*Lease, len(a.resources))
 	for i, r := range a.resources {
-		l := a.c.newLease(ctx, cfg, r, a.keys[4*i], a.owner, res[i+1])
+		l := a.c.newLease(ctx, cfg, r, a.names[i], a.owner, a.ownerArg, res[i+1])
 		if !l.start(sent) {
 			// The reply came so late that the leases could expire any moment:
 			// never hand out a lease whose local deadline has already passed.
@@ -379,7 +394,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		}
 		var ok bool
 		if err == nil {
-			ok, err = renewResult(confirmScript.Run(ctx, a.c.rdb, []string{l.key}, a.owner, fence, l.ttlMS))
+			ok, err = renewResult(confirmScript.Run(ctx, a.c.rdb, []string{l.keys.lease}, a.ownerArg, fence, l.cfg.ttlArg))
 			if err == nil && !ok {
 				err = ErrLeaseLost
 			}
@@ -440,17 +455,43 @@ func waitCmd(ctx context.Context, pipe redis.Pipeliner, n int, timeout time.Dura
 	return cmd
 }
 
-func flag(b bool) string {
+// flag is a script's boolean argument, boxed once.
+func flag(b bool) any {
 	if b {
-		return "1"
+		return flagOn
 	}
-	return "0"
+	return flagOff
 }
+
+var flagOn, flagOff any = "1", "0"
 
 // key names one of resource's keys, <prefix>{<resource>}:<kind>. The braces
 // put all of them in one Redis Cluster hash slot.
 func (c *config) key(resource, kind string) string {
 	return c.prefix + "{" + resource + "}:" + kind
+}
+
+// resourceKeys are the keys (and the wake channel) of one resource.
+type resourceKeys struct {
+	lease, fence, queue, alive, released, wake string
+}
+
+// keys returns all of resource's key names, cut from one string: one
+// allocation instead of six on the acquire and release paths.
+func (c *config) keys(resource string) resourceKeys {
+	var b strings.Builder
+	b.Grow(6*(len(c.prefix)+len(resource)+3) + len("leasefencequeuealivereleasedwake"))
+	name := func(kind string) string {
+		start := b.Len()
+		b.WriteString(c.prefix)
+		b.WriteByte('{')
+		b.WriteString(resource)
+		b.WriteString("}:")
+		b.WriteString(kind)
+		return b.String()[start:] // the buffer never moves: earlier names stay valid
+	}
+	return resourceKeys{lease: name("lease"), fence: name("fence"), queue: name("queue"),
+		alive: name("alive"), released: name("released"), wake: name("wake")}
 }
 
 // mayHaveReached reports whether a failed request may have been executed by

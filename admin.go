@@ -63,7 +63,7 @@ func (c *Client) Inspect(ctx context.Context, resource string, opts ...Option) (
 	if err != nil {
 		return Status{}, err
 	}
-	st, err := c.inspect(ctx, &cfg, []string{resource})
+	st, err := c.inspect(ctx, cfg, []string{resource})
 	if err != nil {
 		return Status{}, err
 	}
@@ -161,7 +161,7 @@ func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error
 			if err != nil {
 				return fmt.Errorf("redlease: scan: %w", err)
 			}
-			if err := c.scanBatch(ctx, &cfg, keys, fn); err != nil {
+			if err := c.scanBatch(ctx, cfg, keys, fn); err != nil {
 				return err
 			}
 			if next == 0 {

@@ -16,11 +16,13 @@ import (
 // create one per Redis deployment and share it. Its zero value is not usable;
 // call New.
 type Client struct {
-	rdb redis.UniversalClient
-	cfg config
-	err error // set by New for a nil client; returned by every call
-	wd  watchdog
-	hub *hub
+	rdb         redis.UniversalClient
+	cfg         config  // the defaults as given to New
+	defaults    *config // cfg validated, shared by leases taken without options
+	defaultsErr error   // why cfg is not valid; an acquire's options may fix it
+	err         error   // set by New for a nil client; returned by every call
+	wd          watchdog
+	hub         *hub
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // active leases, for Close
@@ -37,6 +39,10 @@ type Client struct {
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{rdb: rdb, cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
 	c.cfg.apply(opts)
+	defaults := c.cfg
+	if c.defaultsErr = defaults.validate(); c.defaultsErr == nil {
+		c.defaults = &defaults
+	}
 	if isNil(rdb) {
 		c.err = invalidf("nil Redis client")
 		return c
@@ -96,38 +102,43 @@ func (c *Client) track(l *Lease, active bool) {
 }
 
 // leaseConfig merges the Client's defaults with opts and validates them and
-// the resource names.
-func (c *Client) leaseConfig(resources []string, opts []Option) (config, error) {
+// the resource names. Without opts, leases share the Client's validated
+// defaults instead of each carrying a copy.
+func (c *Client) leaseConfig(resources []string, opts []Option) (*config, error) {
 	if c == nil {
-		return config{}, invalidf("nil Client")
+		return nil, invalidf("nil Client")
 	}
 	if c.err != nil {
-		return config{}, c.err
+		return nil, c.err
 	}
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return config{}, ErrClientClosed
+		return nil, ErrClientClosed
 	}
 	if len(resources) == 0 {
-		return config{}, invalidf("no resource")
+		return nil, invalidf("no resource")
 	}
 	for i, r := range resources {
 		if r == "" {
-			return config{}, invalidf("empty resource name")
+			return nil, invalidf("empty resource name")
 		}
 		if slices.Contains(resources[:i], r) {
-			return config{}, invalidf("resource %q named twice", r)
+			return nil, invalidf("resource %q named twice", r)
 		}
 	}
-	cfg := c.cfg
-	cfg.apply(opts)
-	if err := cfg.validate(); err != nil {
-		return config{}, fmt.Errorf("redlease: %q: %w", resources[0], err)
+	cfg := c.defaults
+	if len(opts) > 0 || c.defaultsErr != nil {
+		merged := c.cfg
+		merged.apply(opts)
+		if err := merged.validate(); err != nil {
+			return nil, fmt.Errorf("redlease: %q: %w", resources[0], err)
+		}
+		cfg = &merged
 	}
 	if cfg.fair && len(resources) > 1 {
-		return config{}, invalidf("WithFair does not apply to several resources at once")
+		return nil, invalidf("WithFair does not apply to several resources at once")
 	}
 	return cfg, nil
 }
@@ -145,12 +156,12 @@ const (
 // use. A Lease must not be copied.
 type Lease struct {
 	c        *Client
-	cfg      config
+	cfg      *config // shared; never modified
 	resource string
-	key      string
+	keys     resourceKeys
 	owner    string
+	ownerArg any // owner, boxed once for the scripts' arguments
 	fence    int64
-	ttlMS    int64
 	lifetime time.Duration
 	interval time.Duration
 	ctx      context.Context
@@ -232,15 +243,15 @@ func (l *Lease) Deadline() time.Time {
 }
 
 // newLease returns an active lease whose acquire request was just answered.
-func (c *Client) newLease(ctx context.Context, cfg *config, resource, key, owner string, fence int64) *Lease {
+func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys resourceKeys, owner string, ownerArg any, fence int64) *Lease {
 	l := &Lease{
 		c:        c,
-		cfg:      *cfg,
+		cfg:      cfg,
 		resource: resource,
-		key:      key,
+		keys:     keys,
 		owner:    owner,
+		ownerArg: ownerArg,
 		fence:    fence,
-		ttlMS:    cfg.ttl.Milliseconds(),
 		lifetime: cfg.lifetime(),
 		interval: cfg.interval(),
 		index:    -1,
@@ -400,7 +411,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	l.mu.Unlock()
-	n, err := refreshScript.Run(ctx, l.c.rdb, []string{l.key}, l.owner, l.ttlMS).Int64()
+	n, err := refreshScript.Run(ctx, l.c.rdb, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg).Int64()
 	return l.renewed(sent, n == 1, err)
 }
 
@@ -451,7 +462,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
 	defer cancel()
-	deleted, err := l.c.release(rctx, &l.cfg, l.resource, l.key, l.owner)
+	deleted, err := l.c.release(rctx, l.cfg, &l.keys, l.ownerArg)
 	if err != nil {
 		return requestError("release", l.resource, err)
 	}

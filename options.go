@@ -37,6 +37,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	fences         FenceSource // nil: the Redis counter
+	ttlArg         any         // ttl in ms, boxed once for the scripts; set by validate
 }
 
 func defaultConfig() config {
@@ -167,6 +168,7 @@ func (c *config) interval() time.Duration {
 }
 
 func (c *config) validate() error {
+	c.ttlArg = c.ttl.Milliseconds()
 	switch {
 	case c.ttl < time.Millisecond:
 		return invalidf("TTL %v is below 1ms", c.ttl)

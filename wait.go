@@ -38,6 +38,10 @@ const (
 	linger = 500 * time.Millisecond
 )
 
+// waiterTimeoutArg is waiterTimeout in ms, boxed once for the script's
+// arguments.
+var waiterTimeoutArg any = waiterTimeout.Milliseconds()
+
 // hub multiplexes the wake channels of one Client's waiters.
 type hub struct {
 	rdb     redis.UniversalClient
@@ -60,6 +64,11 @@ type wakeChannel struct {
 	ready   chan struct{} // closed when Redis confirmed the subscription
 	waiters map[string]chan struct{}
 	idle    *time.Timer // runs while no one waits: unsubscribes
+	// missed holds the last wake-ups that named no waiter here: a waiter
+	// registers only after its first attempt found the lease busy, so its
+	// wake-up may arrive just before it joins.
+	missed [8]string
+	next   int
 }
 
 // waiter is one Acquire call's registration with the hub for one resource.
@@ -114,6 +123,15 @@ func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
 		ch.idle = nil
 	}
 	ch.waiters[owner] = wake
+	for i, m := range ch.missed {
+		if m == owner {
+			ch.missed[i] = ""
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 	return &waiter{h: h, channel: channel, owner: owner}
 }
 
@@ -249,13 +267,19 @@ func (h *hub) receive(sub *subscription, msgs <-chan any) {
 func (h *hub) deliver(channel, owner string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ch := h.chans[channel]; ch != nil {
-		if wake := ch.waiters[owner]; wake != nil {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
+	ch := h.chans[channel]
+	if ch == nil {
+		return
+	}
+	wake := ch.waiters[owner]
+	if wake == nil { // another Client's waiter, or ours about to join
+		ch.missed[ch.next] = owner
+		ch.next = (ch.next + 1) % len(ch.missed)
+		return
+	}
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -343,4 +367,4 @@ func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) 
 }
 
 // shardedArg tells the scripts which publish command the waiters listen to.
-func (h *hub) shardedArg() string { return flag(h.sharded) }
+func (h *hub) shardedArg() any { return flag(h.sharded) }

@@ -201,13 +201,13 @@ func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
 
 	if len(leases) == 1 {
 		l := leases[0]
-		oks[0], errs[0] = renewResult(refreshScript.Run(ctx, w.rdb, []string{l.key}, l.owner, l.ttlMS))
+		oks[0], errs[0] = renewResult(refreshScript.Run(ctx, w.rdb, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg))
 		return oks, errs
 	}
 	cmds := make([]*redis.Cmd, len(leases))
 	pipe := w.rdb.Pipeline()
 	for i, l := range leases {
-		cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{l.key}, l.owner, l.ttlMS)
+		cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg)
 	}
 	_, _ = pipe.Exec(ctx)
 	var retry []int
@@ -222,7 +222,7 @@ func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
 		pipe := w.rdb.Pipeline()
 		for _, i := range retry {
 			l := leases[i]
-			cmds[i] = refreshScript.Eval(ctx, pipe, []string{l.key}, l.owner, l.ttlMS)
+			cmds[i] = refreshScript.Eval(ctx, pipe, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg)
 		}
 		_, _ = pipe.Exec(ctx)
 		for _, i := range retry {
