@@ -1,0 +1,161 @@
+//go:build unix
+
+package redlease
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Benchmarks of the hot paths, on a real redis-server (skipped without one,
+// as the integration tests are). They run only with -bench:
+//
+//	go test -run '^$' -bench 'AcquireRelease|RenewBatch' -benchmem
+//
+// The comparison with other libraries lives in the separate module in
+// bench/, so that this module never depends on them.
+
+// BenchmarkAcquireRelease measures one uncontended acquire+release pair on
+// a free key: time, allocations, and the commands sent (cmds/op; the floor
+// is 2). "scripts" runs the same two scripts by hand with EVALSHA, keys and
+// owner token made once: the floor that the rest of the client adds to.
+func BenchmarkAcquireRelease(b *testing.B) {
+	srv := startRedis(b)
+	pair := func(opts ...Option) func(*Client) func(context.Context) error {
+		return func(c *Client) func(context.Context) error {
+			return func(ctx context.Context) error {
+				l, err := c.Acquire(ctx, "bench", opts...)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func(c *Client) func(ctx context.Context) error
+	}{
+		{"Acquire", pair()},
+		{"TryAcquire", func(c *Client) func(context.Context) error {
+			return func(ctx context.Context) error {
+				l, err := c.TryAcquire(ctx, "bench")
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}},
+		{"Acquire/autorenew=off", pair(WithAutoRenew(false))},
+		{"scripts", func(c *Client) func(context.Context) error {
+			cfg := &c.cfg
+			acq := []string{cfg.key("bench", "lease"), cfg.key("bench", "fence"), cfg.key("bench", "queue"), cfg.key("bench", "alive")}
+			rel := []string{acq[0], acq[2], acq[3], cfg.key("bench", "released")}
+			wake, ttl := cfg.key("bench", "wake"), cfg.ttl.Milliseconds()
+			return func(ctx context.Context) error {
+				if err := acquireScript.Run(ctx, c.rdb, acq, "owner", ttl, 0, "0", "0").Err(); err != nil {
+					return err
+				}
+				return releaseScript.Run(ctx, c.rdb, rel, "owner", wake, "0", ttl).Err()
+			}
+		}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			hook := &countingHook{}
+			rdb := srv.Client(b)
+			rdb.AddHook(hook)
+			c := New(rdb, WithTTL(10*time.Second))
+			ctx := context.Background()
+			run := tc.setup(c)
+			for range 100 { // load the scripts, warm the connection
+				if err := run(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			hook.cmds.Store(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if err := run(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(hook.cmds.Load())/float64(b.N), "cmds/op")
+		})
+	}
+}
+
+// BenchmarkRenewBatch measures the watchdog: n leases, auto-renewed every
+// 100 ms (TTL 300 ms), renewed in pipelines by the Client's one watchdog
+// goroutine. One op is one renewal; the run takes b.N renewals. ns/op is
+// set by the schedule (100 ms / n), so the numbers that matter are the
+// process CPU per renewal (cpu-ns/renew) and the allocations per renewal,
+// both of which include everything that runs meanwhile: timers, the
+// renewal queue, go-redis's pipelines.
+//
+//	go test -run '^$' -bench RenewBatch -benchtime 50000x
+func BenchmarkRenewBatch(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) { benchmarkRenewBatch(b, n) })
+	}
+}
+
+func benchmarkRenewBatch(b *testing.B, n int) {
+	const (
+		ttl      = 300 * time.Millisecond
+		interval = 100 * time.Millisecond
+	)
+	srv := startRedis(b)
+	hook := &countingHook{}
+	rdb := srv.Client(b)
+	rdb.AddHook(hook)
+	c := New(rdb, WithTTL(ttl), WithRenewInterval(interval))
+	ctx := context.Background()
+	b.Cleanup(func() { _ = c.Close(ctx) })
+	leases := make([]*Lease, n)
+	for i := range leases {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("renew-%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		leases[i] = l
+	}
+	time.Sleep(2 * interval) // into the steady state
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	cpu0 := processCPU()
+	hook.cmds.Store(0)
+	b.ResetTimer()
+	t := time.NewTicker(interval / 10)
+	defer t.Stop()
+	for hook.cmds.Load() < int64(b.N) {
+		<-t.C
+	}
+	b.StopTimer()
+	renewals := float64(hook.cmds.Load())
+	cpu := processCPU() - cpu0
+	runtime.ReadMemStats(&ms1)
+	for _, l := range leases {
+		if err := l.Context().Err(); err != nil {
+			b.Fatalf("lease lost while renewing: %v", context.Cause(l.Context()))
+		}
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/renewals, "cpu-ns/renew")
+	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/renewals, "allocs/renew")
+	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/renewals, "B/renew")
+}
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
