@@ -164,7 +164,7 @@ func redsyncImpl(name string, opts ...redsync.Option) impl {
 // scripts are redlease's acquire and release scripts, read from the core
 // module's .lua files so the baseline runs exactly what redlease runs.
 type scripts struct {
-	acquire, release *redis.Script
+	acquire, release, refresh *redis.Script
 }
 
 func loadScripts(root string) (*scripts, error) {
@@ -187,7 +187,11 @@ func loadScripts(root string) (*scripts, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &scripts{acquire: redis.NewScript(acq), release: redis.NewScript(rel)}, nil
+	ref, err := read("refresh.lua")
+	if err != nil {
+		return nil, err
+	}
+	return &scripts{acquire: redis.NewScript(acq), release: redis.NewScript(rel), refresh: redis.NewScript(ref)}, nil
 }
 
 // rawLocker runs redlease's two scripts by hand with EVALSHA: the floor that
@@ -288,9 +292,10 @@ func setnxImpl() impl {
 }
 
 // loadAll puts every script in the server's cache, so no measured call pays
-// for a NOSCRIPT round trip.
+// for a NOSCRIPT round trip (the watchdog's first pipeline would otherwise
+// be sent twice, the second time with the script's source).
 func loadAll(ctx context.Context, rdb *redis.Client, s *scripts) error {
-	for _, sc := range []*redis.Script{s.acquire, s.release, delScript} {
+	for _, sc := range []*redis.Script{s.acquire, s.release, s.refresh, delScript} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil {
 			return err
 		}
