@@ -20,12 +20,15 @@ type pairResult struct {
 	bytes     float64
 	serverCmd float64       // commands the server executed per pair, script calls included
 	serverCPU time.Duration // server CPU per pair
+	clientCPU time.Duration // this process's CPU per pair
+	vsFirst   float64       // median over rounds of ns / ns of the first implementation in the same round
 }
 
 // uncontended measures acquire+release pairs on one free key, one after
 // the other, in rounds that alternate between the implementations so that
 // a noisy moment of the machine hits all of them alike. It reports the
-// median of the rounds.
+// median of the rounds, and the median of each round's ratio to the first
+// implementation (the baseline), which was measured just before it.
 func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds int) ([]pairResult, error) {
 	type entry struct {
 		lk   locker
@@ -47,7 +50,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 		}
 		entries[i] = e
 	}
-	type sample struct{ ns, trips, allocs, bytes, cmds, cpu float64 }
+	type sample struct{ ns, trips, allocs, bytes, cmds, cpu, client, vsFirst float64 }
 	samples := make([][]sample, len(impls))
 	var ms0, ms1 runtime.MemStats
 	for range rounds {
@@ -56,6 +59,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 			st0 := srv.stats(ctx)
 			e.hook.cmds.Store(0)
 			runtime.ReadMemStats(&ms0)
+			cpu0 := cpuTime()
 			start := time.Now()
 			for range pairs {
 				if err := pair(ctx, e.lk, e.key); err != nil {
@@ -63,6 +67,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 				}
 			}
 			elapsed := time.Since(start)
+			client := cpuTime() - cpu0
 			runtime.ReadMemStats(&ms1)
 			trips := e.hook.cmds.Load()
 			st := srv.stats(ctx).sub(st0)
@@ -74,7 +79,10 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 				bytes:  float64(ms1.TotalAlloc-ms0.TotalAlloc) / n,
 				cmds:   float64(st.calls) / n,
 				cpu:    float64(st.cpu) / n,
+				client: float64(client) / n,
 			})
+			last := &samples[i][len(samples[i])-1]
+			last.vsFirst = last.ns / samples[0][len(samples[i])-1].ns
 		}
 	}
 	out := make([]pairResult, len(impls))
@@ -96,6 +104,8 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 		r.bytes = col(func(s sample) float64 { return s.bytes })
 		r.serverCmd = col(func(s sample) float64 { return s.cmds })
 		r.serverCPU = time.Duration(col(func(s sample) float64 { return s.cpu }))
+		r.clientCPU = time.Duration(col(func(s sample) float64 { return s.client }))
+		r.vsFirst = col(func(s sample) float64 { return s.vsFirst })
 		out[i] = r
 	}
 	return out, nil

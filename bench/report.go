@@ -129,16 +129,18 @@ func (r *report) markdown() string {
 	w("| redis-server | %s, started by the run on 127.0.0.1, no persistence; all clients in the same process |\n", r.redisVersion)
 	w("| peers | github.com/bsm/redislock v0.9.4, github.com/go-redsync/redsync/v4 v4.18.1 (go-redis v9 pool), github.com/redis/go-redis/v9 v9.23.0 |\n")
 	w("| TTL | 10 s for every library |\n\n")
-	w("The machine is small and shared (2 noisy cores that also run redis-server): absolute times move from run to run by 10–20 %%; " +
-		"the ratios, round trips, allocations and commands are what to compare. Each timed number is the median of several rounds " +
-		"that alternate between the libraries, so a noisy moment hits all of them alike.\n\n")
+	w("The machine is small and shared (2 noisy cores that also run redis-server): absolute times change by up to 2× between " +
+		"its quiet and busy spells, even within one run (see the rounds below); the ratios, round trips, allocations and commands " +
+		"are what to compare. Each timed number is the median of several rounds that alternate between the libraries, so a noisy " +
+		"moment hits all of them alike.\n\n")
 
 	raw, rl, bsm, rs := r.pair(nameRaw), r.pair(nameRL), r.pair(nameBSM), r.pair(nameRS)
 	w("## Summary\n\n")
 	w("| | redlease | bsm/redislock | redsync |\n|---|---|---|---|\n")
 	if raw != nil && rl != nil && bsm != nil && rs != nil {
-		w("| uncontended acquire+release | %s (%.2f× raw go-redis) | %s | %s |\n", us(time.Duration(rl.ns)), rl.ns/raw.ns,
-			us(time.Duration(bsm.ns)), us(time.Duration(rs.ns)))
+		w("| uncontended acquire+release, time (× raw go-redis running redlease's scripts) | %s (%.2f×) | %s (%.2f×) | %s (%.2f×) |\n",
+			us(time.Duration(rl.ns)), rl.vsFirst, us(time.Duration(bsm.ns)), bsm.vsFirst, us(time.Duration(rs.ns)), rs.vsFirst)
+		w("| … client CPU per pair | %s | %s | %s |\n", us(rl.clientCPU), us(bsm.clientCPU), us(rs.clientCPU))
 		w("| … round trips | %s | %s | %s |\n", num(rl.trips), num(bsm.trips), num(rs.trips))
 		w("| … allocations / bytes | %.0f / %.0f B | %.0f / %.0f B | %.0f / %.0f B |\n", rl.allocs, rl.bytes, bsm.allocs, bsm.bytes, rs.allocs, rs.bytes)
 	}
@@ -174,17 +176,15 @@ func (r *report) markdown() string {
 		"random. A caller that got no lock asks again in both cases.\n\n")
 
 	w("## 1. Uncontended acquire+release\n\n")
-	w("One goroutine takes and releases one free key, %d pairs per round, %d rounds; median of the rounds. Round trips are the "+
+	w("One goroutine takes and releases one free key, %d pairs per round, %d rounds; median of the rounds. \"× raw\" is the "+
+		"median of each round's ratio to the raw go-redis run of redlease's scripts just before it in the same round, which "+
+		"cancels the machine's slow and fast spells. Client CPU is this process's (getrusage) per pair. Round trips are the "+
 		"commands go-redis sent (a hook); server commands count what redis-server executed (INFO commandstats, "+
 		"commands called from scripts included); allocations are the process's (runtime.MemStats) per pair.\n\n", r.plan.pairs, r.plan.pairRounds)
-	w("| | µs per pair | × raw | round trips | allocs | bytes | server commands | server CPU |\n|---|---|---|---|---|---|---|---|\n")
+	w("| | µs per pair | × raw | round trips | client CPU | allocs | bytes | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.pairs {
-		x := "—"
-		if raw != nil {
-			x = fmt.Sprintf("%.2f", p.ns/raw.ns)
-		}
-		w("| %s | %.1f | %s | %s | %.0f | %.0f | %s | %s |\n", p.name, p.ns/1e3, x, num(p.trips), p.allocs, p.bytes,
-			num(p.serverCmd), us(p.serverCPU))
+		w("| %s | %.1f | %.2f | %s | %s | %.0f | %.0f | %s | %s |\n", p.name, p.ns/1e3, p.vsFirst, num(p.trips), us(p.clientCPU),
+			p.allocs, p.bytes, num(p.serverCmd), us(p.serverCPU))
 	}
 	w("\nRounds (µs): ")
 	for i, p := range r.pairs {
@@ -223,7 +223,7 @@ func (r *report) markdown() string {
 		"With a 100 µs hold a contender that was just passed the turn often asks only after the release, finds the lock free and "+
 		"takes it in one round trip whatever the library; those are counted apart (\"free\") and left out of the latencies, "+
 		"which measure how each library wakes a waiter. *Mean* is the time the lock sat free per handoff while a waiter wanted it. "+
-		"*Changes/s* counts every change of holder. Commands per handoff (every change of holder): sent by all contenders "+
+		"*Changes/s* counts every change of holder. Commands per change of holder: sent by all contenders "+
 		"(client hook) and executed by the server (commands inside scripts included); server CPU per change from INFO cpu.\n\n",
 		maxPass, r.plan.hotWant, r.plan.hotLimit)
 	w("| contenders | | changes/s | handoff p50 | mean | p99 | handoffs · free | client commands | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
