@@ -21,6 +21,7 @@ type pairResult struct {
 	serverCmd float64       // commands the server executed per pair, script calls included
 	serverCPU time.Duration // server CPU per pair
 	clientCPU time.Duration // this process's CPU per pair
+	started   float64       // goroutines started per pair
 	vsFirst   float64       // median over rounds of ns / ns of the first implementation in the same round
 }
 
@@ -50,7 +51,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 		}
 		entries[i] = e
 	}
-	type sample struct{ ns, trips, allocs, bytes, cmds, cpu, client, vsFirst float64 }
+	type sample struct{ ns, trips, allocs, bytes, cmds, cpu, client, started, vsFirst float64 }
 	samples := make([][]sample, len(impls))
 	var ms0, ms1 runtime.MemStats
 	for range rounds {
@@ -59,7 +60,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 			st0 := srv.stats(ctx)
 			e.hook.cmds.Store(0)
 			runtime.ReadMemStats(&ms0)
-			cpu0 := cpuTime()
+			cpu0, g0 := cpuTime(), goroutinesCreated()
 			start := time.Now()
 			for range pairs {
 				if err := pair(ctx, e.lk, e.key); err != nil {
@@ -67,19 +68,20 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 				}
 			}
 			elapsed := time.Since(start)
-			client := cpuTime() - cpu0
+			client, started := cpuTime()-cpu0, goroutinesCreated()-g0
 			runtime.ReadMemStats(&ms1)
 			trips := e.hook.cmds.Load()
 			st := srv.stats(ctx).sub(st0)
 			n := float64(pairs)
 			samples[i] = append(samples[i], sample{
-				ns:     float64(elapsed.Nanoseconds()) / n,
-				trips:  float64(trips) / n,
-				allocs: float64(ms1.Mallocs-ms0.Mallocs) / n,
-				bytes:  float64(ms1.TotalAlloc-ms0.TotalAlloc) / n,
-				cmds:   float64(st.calls) / n,
-				cpu:    float64(st.cpu) / n,
-				client: float64(client) / n,
+				ns:      float64(elapsed.Nanoseconds()) / n,
+				trips:   float64(trips) / n,
+				allocs:  float64(ms1.Mallocs-ms0.Mallocs) / n,
+				bytes:   float64(ms1.TotalAlloc-ms0.TotalAlloc) / n,
+				cmds:    float64(st.calls) / n,
+				cpu:     float64(st.cpu) / n,
+				client:  float64(client) / n,
+				started: float64(started) / n,
 			})
 			last := &samples[i][len(samples[i])-1]
 			last.vsFirst = last.ns / samples[0][len(samples[i])-1].ns
@@ -106,6 +108,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 		r.serverCPU = time.Duration(col(func(s sample) float64 { return s.cpu }))
 		r.clientCPU = time.Duration(col(func(s sample) float64 { return s.client }))
 		r.vsFirst = col(func(s sample) float64 { return s.vsFirst })
+		r.started = col(func(s sample) float64 { return s.started })
 		out[i] = r
 	}
 	return out, nil

@@ -178,13 +178,13 @@ func (r *report) markdown() string {
 	w("## 1. Uncontended acquire+release\n\n")
 	w("One goroutine takes and releases one free key, %d pairs per round, %d rounds; median of the rounds. \"× raw\" is the "+
 		"median of each round's ratio to the raw go-redis run of redlease's scripts just before it in the same round, which "+
-		"evens out the machine's slow and fast spells. Client CPU is this process's (getrusage) per pair. Round trips are the "+
+		"evens out the machine's slow and fast spells. Client CPU is this process's (getrusage) per pair, goroutines started per pair from runtime/metrics. Round trips are the "+
 		"commands go-redis sent (a hook); server commands count what redis-server executed (INFO commandstats, "+
 		"commands called from scripts included); allocations are the process's (runtime.MemStats) per pair.\n\n", r.plan.pairs, r.plan.pairRounds)
-	w("| | µs per pair | × raw | round trips | client CPU | allocs | bytes | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|\n")
+	w("| | µs per pair | × raw | round trips | client CPU | goroutines started | allocs | bytes | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.pairs {
-		w("| %s | %.1f | %.2f | %s | %s | %.0f | %.0f | %s | %s |\n", p.name, p.ns/1e3, p.vsFirst, num(p.trips), us(p.clientCPU),
-			p.allocs, p.bytes, num(p.serverCmd), us(p.serverCPU))
+		w("| %s | %.1f | %.2f | %s | %s | %s | %.0f | %.0f | %s | %s |\n", p.name, p.ns/1e3, p.vsFirst, num(p.trips), us(p.clientCPU),
+			num(p.started), p.allocs, p.bytes, num(p.serverCmd), us(p.serverCPU))
 	}
 	w("\nRounds (µs): ")
 	for i, p := range r.pairs {

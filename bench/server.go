@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -160,6 +161,16 @@ func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		h.cmds.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// goroutinesCreated is how many goroutines this process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // cpuTime is the CPU time (user + system) this process has used.
