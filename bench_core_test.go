@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"syscall"
 	"testing"
 	"time"
@@ -20,8 +21,8 @@ import (
 // bench/, so that this module never depends on them.
 
 // BenchmarkAcquireRelease measures one uncontended acquire+release pair on
-// a free key: time, allocations, and the commands sent (cmds/op; the floor
-// is 2). "scripts" runs the same two scripts by hand with EVALSHA, keys and
+// a free key: time, allocations, the commands sent (cmds/op; the floor is
+// 2) and the goroutines started (goroutines/op). "scripts" runs the same two scripts by hand with EVALSHA, keys and
 // owner token made once: the floor that the rest of the client adds to.
 func BenchmarkAcquireRelease(b *testing.B) {
 	srv := startRedis(b)
@@ -78,6 +79,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 			}
 			hook.cmds.Store(0)
+			g0 := goroutinesCreated()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
@@ -87,6 +89,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(hook.cmds.Load())/float64(b.N), "cmds/op")
+			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 		})
 	}
 }
@@ -149,6 +152,16 @@ func benchmarkRenewBatch(b *testing.B, n int) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/renewals, "cpu-ns/renew")
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/renewals, "allocs/renew")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/renewals, "B/renew")
+}
+
+// goroutinesCreated is how many goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // processCPU is the CPU time (user + system) this process has used.

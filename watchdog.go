@@ -13,7 +13,7 @@ import (
 // keeps every lease in a queue ordered by its next renewal time and sends the
 // renewals that fall due together, in pipelines: the cost per lease is a queue
 // entry and a timer, not a goroutine. The goroutine starts with the first
-// lease and ends when no lease is left to renew.
+// lease and ends watchdogLinger after no lease is left to renew.
 //
 // Lock order: a lease's mu before the watchdog's mu; the watchdog never
 // takes a lease's mu while holding its own.
@@ -24,11 +24,12 @@ import (
 type watchdog struct {
 	rdb redis.UniversalClient
 
-	mu       sync.Mutex
-	queue    renewQueue
-	inflight int  // batches being sent
-	running  bool // the loop goroutine exists
-	wake     chan struct{}
+	mu         sync.Mutex
+	queue      renewQueue
+	inflight   int       // batches being sent
+	running    bool      // the loop goroutine exists
+	sleepUntil time.Time // when the loop wakes by itself; zero: only when signalled
+	wake       chan struct{}
 
 	goroutines sync.WaitGroup // the loop and the batches; see Client.Close
 }
@@ -54,7 +55,19 @@ func (w *watchdog) schedule(l *Lease, at time.Time) {
 	} else {
 		heap.Push(&w.queue, l)
 	}
-	w.startLocked()
+	switch {
+	case !w.running:
+		if w.wake == nil {
+			w.wake = make(chan struct{}, 1)
+		}
+		w.running = true
+		w.goroutines.Add(1)
+		go w.loop()
+	case w.sleepUntil.IsZero() || at.Before(w.sleepUntil):
+		// The loop sleeps past this renewal: wake it. (Most leases fall due
+		// after the loop's next wake-up and need no signal.)
+		w.signalLocked()
+	}
 }
 
 // unschedule removes l from the queue for good: its lease has ended.
@@ -62,22 +75,12 @@ func (w *watchdog) unschedule(l *Lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	l.ended = true
-	if l.index >= 0 {
-		heap.Remove(&w.queue, l.index)
-		w.signalLocked()
+	if l.index < 0 {
+		return
 	}
-}
-
-func (w *watchdog) startLocked() {
-	if w.wake == nil {
-		w.wake = make(chan struct{}, 1)
-	}
-	if !w.running {
-		w.running = true
-		w.goroutines.Add(1)
-		go w.loop()
-	} else {
-		w.signalLocked()
+	heap.Remove(&w.queue, l.index)
+	if len(w.queue) == 0 && w.inflight == 0 && time.Until(w.sleepUntil) > watchdogLinger {
+		w.signalLocked() // so that the loop lingers, then ends, on time
 	}
 }
 
@@ -88,21 +91,33 @@ func (w *watchdog) signalLocked() {
 	}
 }
 
+// watchdogLinger is how long the watchdog goroutine stays after the last
+// lease is gone: a Client that takes one short lease after another keeps one
+// goroutine instead of starting one per lease.
+const watchdogLinger = 50 * time.Millisecond
+
 func (w *watchdog) loop() {
 	defer w.goroutines.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var idleSince time.Time
 	for {
-		w.mu.Lock()
-		if len(w.queue) == 0 && w.inflight == 0 {
-			w.running = false
-			w.mu.Unlock()
-			return
-		}
+		now := time.Now()
 		var batch []*Lease
 		wait := time.Duration(-1) // until woken
-		if w.inflight < maxInflight && len(w.queue) > 0 {
-			now := time.Now()
+		w.mu.Lock()
+		switch {
+		case len(w.queue) == 0 && w.inflight == 0:
+			if idleSince.IsZero() {
+				idleSince = now
+			}
+			if wait = watchdogLinger - now.Sub(idleSince); wait <= 0 {
+				w.running, w.sleepUntil = false, time.Time{}
+				w.mu.Unlock()
+				return
+			}
+		case w.inflight < maxInflight && len(w.queue) > 0:
+			idleSince = time.Time{}
 			// Everything due within a tenth of its interval goes now, so
 			// leases taken at nearly the same time share a pipeline.
 			for len(w.queue) > 0 && len(batch) < maxBatch {
@@ -117,6 +132,12 @@ func (w *watchdog) loop() {
 			} else {
 				wait = w.queue[0].renewAt.Sub(now)
 			}
+		default:
+			idleSince = time.Time{}
+		}
+		w.sleepUntil = time.Time{}
+		if len(batch) == 0 && wait >= 0 {
+			w.sleepUntil = now.Add(wait)
 		}
 		w.mu.Unlock()
 

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease"
+)
+
+// ttl is the lease TTL of every implementation in every scenario.
+const ttl = 10 * time.Second
+
+// locker is one caller's handle on a lock implementation. It holds at most
+// one lock at a time, and is used by one goroutine.
+type locker interface {
+	// Lock takes the lock of key, waiting while it is held, until ctx ends.
+	Lock(ctx context.Context, key string) error
+	// Unlock releases the lock taken by the last Lock.
+	Unlock(ctx context.Context) error
+}
+
+// impl is a lock implementation in one configuration.
+type impl struct {
+	name string
+	// shared makes what the lockers of one process share (a library client);
+	// lockers share it in the parallel scenario, and each contender of the hot
+	// key gets its own (as separate processes would).
+	shared func(rdb *redis.Client) any
+	// locker makes one caller's handle from the shared value.
+	locker func(rdb *redis.Client, shared any) locker
+	// waits tells whether Lock can wait for a held lock (the raw baselines
+	// cannot).
+	waits bool
+}
+
+var errBusy = errors.New("bench: lock is held")
+
+// ---- redlease ----
+
+type redleaseLocker struct {
+	c     *redlease.Client
+	try   bool
+	lease *redlease.Lease
+}
+
+func (l *redleaseLocker) Lock(ctx context.Context, key string) (err error) {
+	if l.try {
+		l.lease, err = l.c.TryAcquire(ctx, key)
+	} else {
+		l.lease, err = l.c.Acquire(ctx, key)
+	}
+	return err
+}
+
+func (l *redleaseLocker) Unlock(ctx context.Context) error { return l.lease.Release(ctx) }
+
+func redleaseImpl(name string, try bool, opts ...redlease.Option) impl {
+	return impl{
+		name: name,
+		shared: func(rdb *redis.Client) any {
+			return redlease.New(rdb, append([]redlease.Option{redlease.WithTTL(ttl)}, opts...)...)
+		},
+		locker: func(_ *redis.Client, s any) locker { return &redleaseLocker{c: s.(*redlease.Client), try: try} },
+		waits:  !try,
+	}
+}
+
+// ---- bsm/redislock ----
+
+type bsmLocker struct {
+	c    *redislock.Client
+	opt  *redislock.Options
+	lock *redislock.Lock
+}
+
+func (l *bsmLocker) Lock(ctx context.Context, key string) error {
+	for {
+		lock, err := l.c.Obtain(ctx, key, ttl, l.opt)
+		if err == nil {
+			l.lock = lock
+			return nil
+		}
+		// Obtain gives up with ErrNotObtained when its retry strategy runs
+		// out; a caller that must have the lock asks again.
+		if ctx.Err() != nil || !errors.Is(err, redislock.ErrNotObtained) {
+			return err
+		}
+	}
+}
+
+func (l *bsmLocker) Unlock(ctx context.Context) error { return l.lock.Release(ctx) }
+
+func bsmImpl(name string, retry time.Duration) impl {
+	return impl{
+		name:   name,
+		shared: func(rdb *redis.Client) any { return redislock.New(rdb) },
+		locker: func(_ *redis.Client, s any) locker {
+			return &bsmLocker{c: s.(*redislock.Client), opt: &redislock.Options{RetryStrategy: redislock.LinearBackoff(retry)}}
+		},
+		waits: true,
+	}
+}
+
+// ---- go-redsync/redsync ----
+
+type redsyncLocker struct {
+	rs    *redsync.Redsync
+	opts  []redsync.Option
+	key   string
+	mutex *redsync.Mutex // reused while the key stays the same, as redsync's examples do
+}
+
+func (l *redsyncLocker) Lock(ctx context.Context, key string) error {
+	if l.mutex == nil || key != l.key {
+		l.key, l.mutex = key, l.rs.NewMutex(key, l.opts...)
+	}
+	for {
+		err := l.mutex.LockContext(ctx)
+		if err == nil {
+			return nil
+		}
+		// LockContext gives up after its tries (ErrFailed, or ErrTaken on the
+		// last one); a caller that must have the lock asks again.
+		if ctx.Err() != nil {
+			return err
+		}
+		var taken *redsync.ErrTaken
+		if !errors.Is(err, redsync.ErrFailed) && !errors.As(err, &taken) {
+			return err
+		}
+	}
+}
+
+func (l *redsyncLocker) Unlock(ctx context.Context) error {
+	ok, err := l.mutex.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock did not delete the lock")
+	}
+	return err
+}
+
+func redsyncImpl(name string, opts ...redsync.Option) impl {
+	opts = append([]redsync.Option{redsync.WithExpiry(ttl)}, opts...)
+	return impl{
+		name:   name,
+		shared: func(rdb *redis.Client) any { return redsync.New(goredis.NewPool(rdb)) },
+		locker: func(_ *redis.Client, s any) locker { return &redsyncLocker{rs: s.(*redsync.Redsync), opts: opts} },
+		waits:  true,
+	}
+}
+
+// ---- raw go-redis baselines ----
+
+// scripts are redlease's acquire and release scripts, read from the core
+// module's .lua files so the baseline runs exactly what redlease runs.
+type scripts struct {
+	acquire, release, refresh *redis.Script
+}
+
+func loadScripts(root string) (*scripts, error) {
+	read := func(names ...string) (string, error) {
+		var src string
+		for _, n := range names {
+			b, err := os.ReadFile(filepath.Join(root, n))
+			if err != nil {
+				return "", err
+			}
+			src += string(b)
+		}
+		return src, nil
+	}
+	acq, err := read("queue.lua", "acquire.lua") // as scripts.go concatenates them
+	if err != nil {
+		return nil, err
+	}
+	rel, err := read("queue.lua", "release.lua")
+	if err != nil {
+		return nil, err
+	}
+	ref, err := read("refresh.lua")
+	if err != nil {
+		return nil, err
+	}
+	return &scripts{acquire: redis.NewScript(acq), release: redis.NewScript(rel), refresh: redis.NewScript(ref)}, nil
+}
+
+// rawLocker runs redlease's two scripts by hand with EVALSHA: the floor that
+// redlease's client side adds to. It keeps the keys of the last resource and
+// draws an owner token from a counter; it cannot wait.
+type rawLocker struct {
+	rdb     *redis.Client
+	s       *scripts
+	base    string
+	n       uint64
+	key     string
+	acqKeys []string // lease, fence, queue, alive
+	relKeys []string // lease, queue, alive, released
+	wake    string
+	owner   string
+}
+
+var ttlMS = ttl.Milliseconds()
+
+func (l *rawLocker) Lock(ctx context.Context, key string) error {
+	if key != l.key {
+		p := "redlease:{" + key + "}:"
+		l.key = key
+		l.acqKeys = []string{p + "lease", p + "fence", p + "queue", p + "alive"}
+		l.relKeys = []string{p + "lease", p + "queue", p + "alive", p + "released"}
+		l.wake = p + "wake"
+	}
+	l.n++
+	l.owner = l.base + strconv.FormatUint(l.n, 36)
+	res, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0").Int64Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) < 2 || res[0] != 1 {
+		return errBusy
+	}
+	return nil
+}
+
+func (l *rawLocker) Unlock(ctx context.Context) error {
+	n, err := l.s.release.EvalSha(ctx, l.rdb, l.relKeys, l.owner, l.wake, "0", ttlMS).Int64()
+	if err == nil && n != 1 {
+		err = errors.New("raw: release did not delete the lease")
+	}
+	return err
+}
+
+// setnxLocker is the peers' floor: SET NX PX, and a compare-and-delete
+// script by EVALSHA.
+type setnxLocker struct {
+	rdb   *redis.Client
+	base  string
+	n     uint64
+	key   string
+	owner string
+}
+
+var delScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func (l *setnxLocker) Lock(ctx context.Context, key string) error {
+	l.n++
+	l.key, l.owner = key, l.base+strconv.FormatUint(l.n, 36)
+	ok, err := l.rdb.SetNX(ctx, key, l.owner, ttl).Result()
+	if err == nil && !ok {
+		err = errBusy
+	}
+	return err
+}
+
+func (l *setnxLocker) Unlock(ctx context.Context) error {
+	n, err := delScript.EvalSha(ctx, l.rdb, []string{l.key}, l.owner).Int64()
+	if err == nil && n != 1 {
+		err = errors.New("raw: delete did not delete the lock")
+	}
+	return err
+}
+
+var lockerSeq atomic.Uint64
+
+func uniqueBase() string {
+	return fmt.Sprintf("bench-%d-%d:", os.Getpid(), lockerSeq.Add(1))
+}
+
+func rawImpl(s *scripts) impl {
+	return impl{
+		name:   nameRaw,
+		shared: func(*redis.Client) any { return nil },
+		locker: func(rdb *redis.Client, _ any) locker { return &rawLocker{rdb: rdb, s: s, base: uniqueBase()} },
+	}
+}
+
+func setnxImpl() impl {
+	return impl{
+		name:   nameSetNX,
+		shared: func(*redis.Client) any { return nil },
+		locker: func(rdb *redis.Client, _ any) locker { return &setnxLocker{rdb: rdb, base: uniqueBase()} },
+	}
+}
+
+// loadAll puts every script in the server's cache, so no measured call pays
+// for a NOSCRIPT round trip (the watchdog's first pipeline would otherwise
+// be sent twice, the second time with the script's source).
+func loadAll(ctx context.Context, rdb *redis.Client, s *scripts) error {
+	for _, sc := range []*redis.Script{s.acquire, s.release, s.refresh, delScript} {
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close ends the Client's background work; used where each contender has
+// its own Client.
+func (l *redleaseLocker) close(ctx context.Context) { _ = l.c.Close(ctx) }

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// pairResult is the uncontended cost of one acquire+release pair.
+type pairResult struct {
+	name      string
+	ns        float64 // median over rounds
+	nsRounds  []float64
+	trips     float64 // commands sent per pair (go-redis hook)
+	allocs    float64
+	bytes     float64
+	serverCmd float64       // commands the server executed per pair, script calls included
+	serverCPU time.Duration // server CPU per pair
+	clientCPU time.Duration // this process's CPU per pair
+	started   float64       // goroutines started per pair
+	vsFirst   float64       // median over rounds of ns / ns of the first implementation in the same round
+}
+
+// uncontended measures acquire+release pairs on one free key, one after
+// the other, in rounds that alternate between the implementations so that
+// a noisy moment of the machine hits all of them alike. It reports the
+// median of the rounds, and the median of each round's ratio to the first
+// implementation (the baseline), which was measured just before it.
+func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds int) ([]pairResult, error) {
+	type entry struct {
+		lk   locker
+		hook *countingHook
+		key  string
+		res  pairResult
+	}
+	entries := make([]*entry, len(impls))
+	for i, im := range impls {
+		hook := &countingHook{}
+		rdb := srv.client(hook, 0)
+		defer rdb.Close()
+		e := &entry{lk: im.locker(rdb, im.shared(rdb)), hook: hook, key: fmt.Sprintf("uncontended-%d", i)}
+		e.res.name = im.name
+		for range 200 { // warm up: connections, script cache, code paths
+			if err := pair(ctx, e.lk, e.key); err != nil {
+				return nil, fmt.Errorf("%s: %w", im.name, err)
+			}
+		}
+		entries[i] = e
+	}
+	type sample struct{ ns, trips, allocs, bytes, cmds, cpu, client, started, vsFirst float64 }
+	samples := make([][]sample, len(impls))
+	var ms0, ms1 runtime.MemStats
+	for range rounds {
+		for i, e := range entries {
+			runtime.GC()
+			st0 := srv.stats(ctx)
+			e.hook.cmds.Store(0)
+			runtime.ReadMemStats(&ms0)
+			cpu0, g0 := cpuTime(), goroutinesCreated()
+			start := time.Now()
+			for range pairs {
+				if err := pair(ctx, e.lk, e.key); err != nil {
+					return nil, fmt.Errorf("%s: %w", e.res.name, err)
+				}
+			}
+			elapsed := time.Since(start)
+			client, started := cpuTime()-cpu0, goroutinesCreated()-g0
+			runtime.ReadMemStats(&ms1)
+			trips := e.hook.cmds.Load()
+			st := srv.stats(ctx).sub(st0)
+			n := float64(pairs)
+			samples[i] = append(samples[i], sample{
+				ns:      float64(elapsed.Nanoseconds()) / n,
+				trips:   float64(trips) / n,
+				allocs:  float64(ms1.Mallocs-ms0.Mallocs) / n,
+				bytes:   float64(ms1.TotalAlloc-ms0.TotalAlloc) / n,
+				cmds:    float64(st.calls) / n,
+				cpu:     float64(st.cpu) / n,
+				client:  float64(client) / n,
+				started: float64(started) / n,
+			})
+			last := &samples[i][len(samples[i])-1]
+			last.vsFirst = last.ns / samples[0][len(samples[i])-1].ns
+		}
+	}
+	out := make([]pairResult, len(impls))
+	for i, e := range entries {
+		r := e.res
+		col := func(f func(sample) float64) float64 {
+			var v []float64
+			for _, s := range samples[i] {
+				v = append(v, f(s))
+			}
+			return median(v)
+		}
+		for _, s := range samples[i] {
+			r.nsRounds = append(r.nsRounds, s.ns)
+		}
+		r.ns = col(func(s sample) float64 { return s.ns })
+		r.trips = col(func(s sample) float64 { return s.trips })
+		r.allocs = col(func(s sample) float64 { return s.allocs })
+		r.bytes = col(func(s sample) float64 { return s.bytes })
+		r.serverCmd = col(func(s sample) float64 { return s.cmds })
+		r.serverCPU = time.Duration(col(func(s sample) float64 { return s.cpu }))
+		r.clientCPU = time.Duration(col(func(s sample) float64 { return s.client }))
+		r.vsFirst = col(func(s sample) float64 { return s.vsFirst })
+		r.started = col(func(s sample) float64 { return s.started })
+		out[i] = r
+	}
+	return out, nil
+}
+
+func pair(ctx context.Context, lk locker, key string) error {
+	if err := lk.Lock(ctx, key); err != nil {
+		return err
+	}
+	return lk.Unlock(ctx)
+}
+
+// parallelResult is the throughput of G goroutines, each on its own key.
+type parallelResult struct {
+	name    string
+	perSec  map[int]float64 // by goroutines: median pairs per second
+	rounds  map[int][]float64
+	failure error
+}
+
+// parallel runs g goroutines, each taking and releasing its own key in a
+// loop for d, sharing one go-redis client and one library client (as one
+// service would), and counts the pairs. Rounds alternate between the
+// implementations; the median is reported.
+func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.Duration, rounds int) ([]parallelResult, error) {
+	out := make([]parallelResult, len(impls))
+	for i, im := range impls {
+		out[i] = parallelResult{name: im.name, perSec: map[int]float64{}, rounds: map[int][]float64{}}
+	}
+	for _, g := range gs {
+		type setup struct {
+			lockers []locker
+			close   func()
+		}
+		setups := make([]setup, len(impls))
+		for i, im := range impls {
+			rdb := srv.client(nil, g+8)
+			shared := im.shared(rdb)
+			ls := make([]locker, g)
+			for j := range ls {
+				ls[j] = im.locker(rdb, shared)
+			}
+			setups[i] = setup{lockers: ls, close: func() { _ = rdb.Close() }}
+		}
+		for r := -1; r < rounds; r++ { // round -1 warms up
+			for i, im := range impls {
+				rd := d
+				if r < 0 {
+					rd = d / 4
+				}
+				n, err := runParallel(ctx, setups[i].lockers, fmt.Sprintf("par-%d-%d", i, g), rd)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %d goroutines: %w", im.name, g, err)
+				}
+				if r >= 0 {
+					out[i].rounds[g] = append(out[i].rounds[g], float64(n)/rd.Seconds())
+				}
+			}
+		}
+		for i := range impls {
+			out[i].perSec[g] = median(out[i].rounds[g])
+			setups[i].close()
+		}
+		if err := srv.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Duration) (int64, error) {
+	var (
+		total atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	stop := time.Now().Add(d)
+	for j, lk := range lockers {
+		key := fmt.Sprintf("%s-%d", prefix, j)
+		wg.Go(func() {
+			var n int64
+			for time.Now().Before(stop) {
+				if err := pair(ctx, lk, key); err != nil {
+					errMu.Lock()
+					first = err
+					errMu.Unlock()
+					break
+				}
+				n++
+			}
+			total.Add(n)
+		})
+	}
+	wg.Wait()
+	return total.Load(), first
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

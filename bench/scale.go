@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease"
+)
+
+// scaleResult is one process holding n auto-renewed leases for a window.
+type scaleResult struct {
+	leases       int
+	acquire      time.Duration // taking all n, in parallel
+	release      time.Duration // releasing all n, in parallel
+	window       time.Duration
+	renewPerSec  float64 // commands sent while holding, per second
+	expectPerSec float64 // n / renew interval
+	cpu          float64 // process CPU while holding, in cores
+	serverCPU    float64 // redis-server CPU while holding, in cores
+	heapPerLease float64 // live heap after GC, per lease
+	late         []time.Duration
+	minPTTL      time.Duration // smallest remaining TTL seen on sampled keys
+	lost         int64         // EventLost on observed leases
+	ended        int           // lease contexts that had ended by the end of the window
+	renewErrs    int64         // EventRenew with an outcome other than OK, on observed leases
+}
+
+// lateness observes the renewals of a sample of the leases: how long after
+// its schedule (the previous renewal's send time plus the interval) each
+// one was sent. Renewals due within interval/10 of each other share a
+// pipeline, so some go early (negative lateness).
+type lateness struct {
+	interval time.Duration
+
+	mu   sync.Mutex
+	last map[string]time.Time
+	late []time.Duration
+
+	lost, renewErrs atomic.Int64
+}
+
+func (o *lateness) Observe(_ context.Context, e redlease.Event) {
+	switch e.Kind {
+	case redlease.EventAcquire:
+		if e.Outcome == redlease.OutcomeOK {
+			o.mu.Lock()
+			o.last[e.Owner] = e.Start // the call's start: before the request was sent, so lateness is overstated
+			o.mu.Unlock()
+		}
+	case redlease.EventRenew:
+		if e.Outcome != redlease.OutcomeOK {
+			o.renewErrs.Add(1)
+			return
+		}
+		o.mu.Lock()
+		if prev, ok := o.last[e.Owner]; ok {
+			o.late = append(o.late, e.Start.Sub(prev.Add(o.interval)))
+		}
+		o.last[e.Owner] = e.Start
+		o.mu.Unlock()
+	case redlease.EventLost:
+		o.lost.Add(1)
+	}
+}
+
+// scale takes n leases with auto-renew (TTL 10 s, so a renewal every 3.33 s)
+// from g goroutines, holds them for window, and releases them. One lease in
+// sampleEvery carries an observer that times its renewals.
+func scale(ctx context.Context, srv *server, n, g int, window time.Duration, sampleEvery int) (scaleResult, error) {
+	res := scaleResult{leases: n, window: window}
+	interval := ttl / 3
+	res.expectPerSec = float64(n) / interval.Seconds()
+	hook := &countingHook{}
+	rdb := srv.client(hook, g+8)
+	defer rdb.Close()
+	c := redlease.New(rdb, redlease.WithTTL(ttl), redlease.WithAutoRenew(true))
+	defer c.Close(context.WithoutCancel(ctx))
+	obs := &lateness{interval: interval, last: map[string]time.Time{}}
+
+	// Warm up: open the connections the acquiring goroutines will use, so
+	// their buffers are not counted as lease memory.
+	if err := eachParallel(g, g*4, func(int) error { return rdb.Ping(ctx).Err() }); err != nil {
+		return res, err
+	}
+	leases := make([]*redlease.Lease, n)
+	key := func(i int) string { return fmt.Sprintf("scale-%d", i) }
+	runtime.GC()
+	runtime.GC()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+
+	start := time.Now()
+	err := eachParallel(g, n, func(i int) error {
+		var opts []redlease.Option
+		if i%sampleEvery == 0 {
+			opts = append(opts, redlease.WithObserver(obs))
+		}
+		l, err := c.TryAcquire(ctx, key(i), opts...)
+		leases[i] = l
+		return err
+	})
+	res.acquire = time.Since(start)
+	if err != nil {
+		return res, err
+	}
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	res.heapPerLease = float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc)) / float64(n)
+
+	// Sample the remaining TTL of 200 random leases every 200 ms, from a
+	// separate client: a renewal that runs late shows as a dip.
+	sampler := srv.client(nil, 2)
+	defer sampler.Close()
+	sampleKeys := make([]string, 200)
+	for i := range sampleKeys {
+		sampleKeys[i] = "redlease:{" + key(rand.IntN(n)) + "}:lease"
+	}
+	minPTTL := time.Duration(1<<63 - 1)
+	stopSampling := make(chan struct{})
+	sampled := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				sampled <- nil
+				return
+			case <-t.C:
+			}
+			cmds, err := sampler.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range sampleKeys {
+					p.PTTL(ctx, k)
+				}
+				return nil
+			})
+			if err != nil {
+				sampled <- err
+				return
+			}
+			for _, cmd := range cmds {
+				minPTTL = min(minPTTL, cmd.(*redis.DurationCmd).Val())
+			}
+		}
+	}()
+
+	// Start the window half an interval later: leases taken at nearly the
+	// same moment renew together, and a window edge on their schedule
+	// would count a round or not by chance.
+	select {
+	case <-time.After(interval / 2):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	hook.cmds.Store(0)
+	cpu0, st0, t0 := cpuTime(), srv.stats(ctx), time.Now()
+	select {
+	case <-time.After(window):
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	cpu1, st1, elapsed := cpuTime(), srv.stats(ctx), time.Since(t0)
+	res.renewPerSec = float64(hook.cmds.Load()) / elapsed.Seconds()
+	res.cpu = float64(cpu1-cpu0) / float64(elapsed)
+	res.serverCPU = float64(st1.sub(st0).cpu) / float64(elapsed)
+	close(stopSampling)
+	if err := <-sampled; err != nil {
+		return res, err
+	}
+	res.minPTTL = minPTTL
+	for _, l := range leases {
+		if l.Context().Err() != nil {
+			res.ended++
+		}
+	}
+	obs.mu.Lock()
+	res.late = slices.Clone(obs.late)
+	obs.mu.Unlock()
+	slices.Sort(res.late)
+	res.lost, res.renewErrs = obs.lost.Load(), obs.renewErrs.Load()
+
+	start = time.Now()
+	err = eachParallel(g, n, func(i int) error { return leases[i].Release(ctx) })
+	res.release = time.Since(start)
+	if err != nil {
+		return res, err
+	}
+	return res, srv.flush(ctx)
+}
+
+// eachParallel calls f(0..n-1) from g goroutines and returns the first error.
+func eachParallel(g, n int, f func(i int) error) error {
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		first error
+	)
+	for range g {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					errMu.Lock()
+					if first == nil {
+						first = err
+					}
+					errMu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*q))]
+}
