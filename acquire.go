@@ -286,7 +286,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.releaseTimeout)
 	defer cancel()
 	for i := range a.resources {
-		_, _ = a.c.release(rctx, a.cfg, &a.names[i], a.ownerArg)
+		_, _ = a.c.release(rctx, a.cfg, &a.names[i], a.ownerArg, true)
 	}
 }
 
@@ -298,10 +298,10 @@ func notAcquired(resource string, err error) error {
 }
 
 // release runs the release script for owner: compare-and-delete, leave the
-// queue, wake the next waiter.
-func (c *Client) release(ctx context.Context, cfg *config, k *resourceKeys, owner any) (bool, error) {
+// queue if queued may have put the owner there, wake the next waiter.
+func (c *Client) release(ctx context.Context, cfg *config, k *resourceKeys, owner any, queued bool) (bool, error) {
 	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lease, k.queue, k.alive, k.released},
-		owner, k.wake, c.hub.shardedArg(), cfg.ttlArg).Int64()
+		owner, k.wake, c.hub.shardedArg(), cfg.ttlArg, flag(queued)).Int64()
 	return n == 1, err
 }
 

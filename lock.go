@@ -462,7 +462,9 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
 	defer cancel()
-	deleted, err := l.c.release(rctx, l.cfg, &l.keys, l.ownerArg)
+	// The acquire script took the owner out of the queue when it granted the
+	// lease: a holder is never queued.
+	deleted, err := l.c.release(rctx, l.cfg, &l.keys, l.ownerArg, false)
 	if err != nil {
 		return requestError("release", l.resource, err)
 	}

@@ -9,6 +9,7 @@
 -- ARGV[2]  wake channel  <prefix>{<resource>}:wake
 -- ARGV[3]  '1' on Redis Cluster (shard channel), else '0'
 -- ARGV[4]  how long to remember the release, in ms (the lease TTL)
+-- ARGV[5]  '1' if the owner may be in the queue (it waited), else '0'
 --
 -- Deletes the lease only while it is ours, and takes the owner out of the
 -- queue if it is waiting there (a waiter that gives up releases too). If that
@@ -30,9 +31,12 @@ if cur and string.sub(cur, 1, #mine) == mine then
 elseif redis.call('GET', KEYS[4]) == owner then
   return 1
 end
-local left = redis.call('ZREM', KEYS[2], owner)
-if left == 1 then
-  redis.call('HDEL', KEYS[3], owner)
+local left = 0
+if ARGV[5] == '1' then
+  left = redis.call('ZREM', KEYS[2], owner)
+  if left == 1 then
+    redis.call('HDEL', KEYS[3], owner)
+  end
 end
 if deleted == 1 or (left == 1 and not cur) then
   wake(KEYS[2], KEYS[3], ARGV[2], ARGV[3])
