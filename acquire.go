@@ -87,6 +87,7 @@ type acquisition struct {
 	resources []string
 	owner     string
 	ownerArg  any // owner, boxed once for the scripts' arguments
+	memberArg any // the owner's queue member, '<owner>/<client id>'; see queue.lua
 	names     []resourceKeys
 	keys      []string // lease, fence, queue and alive key of each resource
 	wait      bool
@@ -112,7 +113,7 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 	}
 	a := &acquisition{c: c, cfg: cfg, resources: resources, owner: id.String(), wait: wait,
 		names: make([]resourceKeys, len(resources)), keys: make([]string, 0, 4*len(resources))}
-	a.ownerArg = a.owner
+	a.ownerArg, a.memberArg = a.owner, a.owner+"/"+c.hub.id
 	for i, r := range resources {
 		k := cfg.keys(r)
 		a.names[i] = k
@@ -229,7 +230,7 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 			if waiters == nil {
 				wake = make(chan struct{}, 1)
 				for i := range a.resources {
-					waiters = append(waiters, a.c.hub.join(a.names[i].wake, a.owner, wake))
+					waiters = append(waiters, a.c.hub.join(a.names[i].wake+":"+a.c.hub.id, a.owner, wake))
 				}
 			}
 			if w := waiters[busy.index]; !w.subscribed() && w.subscribe(ctx) {
@@ -286,7 +287,7 @@ func (a *acquisition) leave(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.releaseTimeout)
 	defer cancel()
 	for i := range a.resources {
-		_, _ = a.c.release(rctx, a.cfg, &a.names[i], a.ownerArg, true)
+		_, _ = a.c.release(rctx, a.cfg, &a.names[i], a.ownerArg, a.memberArg)
 	}
 }
 
@@ -298,12 +299,17 @@ func notAcquired(resource string, err error) error {
 }
 
 // release runs the release script for owner: compare-and-delete, leave the
-// queue if queued may have put the owner there, wake the next waiter.
-func (c *Client) release(ctx context.Context, cfg *config, k *resourceKeys, owner any, queued bool) (bool, error) {
+// queue if member (not nil) may be waiting there, wake the next waiter.
+func (c *Client) release(ctx context.Context, cfg *config, k *resourceKeys, owner, member any) (bool, error) {
+	if member == nil {
+		member = noMember
+	}
 	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lease, k.queue, k.alive, k.released},
-		owner, k.wake, c.hub.shardedArg(), cfg.ttlArg, flag(queued)).Int64()
+		owner, k.wake, c.hub.shardedArg(), cfg.ttlArg, member).Int64()
 	return n == 1, err
 }
+
+var noMember any = ""
 
 // attempt runs the acquire script once.
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
@@ -312,9 +318,9 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	if a.wait {
 		timeout = waiterTimeoutArg
 	}
-	script, args := acquireScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(cfg.fair), flag(a.queued)}
+	script, args := acquireScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(cfg.fair), flag(a.queued), a.memberArg}
 	if len(a.resources) > 1 {
-		script, args = acquireAllScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(a.queued)}
+		script, args = acquireAllScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(a.queued), a.memberArg}
 	}
 	sent := time.Now()
 	var (

@@ -11,6 +11,7 @@
 --          owner (or refresh its place) for that long
 -- ARGV[4]  '1' for a fair acquire: a free lease goes to the first live waiter
 -- ARGV[5]  '1' if the owner may already be queued (not its first attempt)
+-- ARGV[6]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
 --
 -- Returns {1, fence} when the lease is ours: newly taken (the counter is
 -- incremented in the same step, so no lease ever exists without a fence), or
@@ -21,18 +22,18 @@
 -- has left in ms (-1 if someone stored the key without a TTL, 0 if the lease
 -- is free but a fair acquire must let an earlier waiter go first); first is 1
 -- if the owner is now the first live waiter in the queue.
-local lease, owner = KEYS[1], ARGV[1]
+local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
 
 local function busy(pttl)
   local timeout = tonumber(ARGV[3])
   if timeout > 0 then
-    enqueue(KEYS[3], KEYS[4], owner, timeout)
+    enqueue(KEYS[3], KEYS[4], member, timeout)
     queued = true
   end
   local head = 0
-  if queued and first(KEYS[3], KEYS[4]) == owner then
+  if queued and first(KEYS[3], KEYS[4]) == member then
     head = 1
   end
   return {0, pttl, head}
@@ -48,12 +49,12 @@ if cur then
 end
 if ARGV[4] == '1' then
   local head = first(KEYS[3], KEYS[4])
-  if head and head ~= owner then
+  if head and head ~= member then
     return busy(0)
   end
 end
-if queued and redis.call('ZREM', KEYS[3], owner) == 1 then
-  redis.call('HDEL', KEYS[4], owner)
+if queued and redis.call('ZREM', KEYS[3], member) == 1 then
+  redis.call('HDEL', KEYS[4], member)
 end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])

@@ -9,12 +9,13 @@
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter timeout in ms: when > 0, queue the owner on a busy resource
 -- ARGV[4]  '1' if the owner may already be queued somewhere in the set
+-- ARGV[5]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
 --
 -- Returns {1, fence1, fence2, ...} when every lease is ours (newly taken, or
 -- already ours from an attempt whose reply was lost), each fence drawn from
 -- its own resource's counter; or {0, pttl, first, i} when resource i is held
 -- by another owner (nothing is taken then), as in acquire.lua.
-local owner = ARGV[1]
+local owner, member = ARGV[1], ARGV[5]
 local mine = owner .. ':'
 local n = #KEYS / 4
 for i = 1, n do
@@ -23,10 +24,10 @@ for i = 1, n do
     local queue, alive = KEYS[4 * i - 1], KEYS[4 * i]
     local timeout = tonumber(ARGV[3])
     if timeout > 0 then
-      enqueue(queue, alive, owner, timeout)
+      enqueue(queue, alive, member, timeout)
     end
     local head = 0
-    if timeout > 0 and first(queue, alive) == owner then
+    if timeout > 0 and first(queue, alive) == member then
       head = 1
     end
     return {0, redis.call('PTTL', KEYS[4 * i - 3]), head, i}
@@ -44,8 +45,8 @@ for i = 1, n do
     fence = redis.call('INCR', KEYS[4 * i - 2])
     redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
   end
-  if ARGV[4] == '1' and redis.call('ZREM', KEYS[4 * i - 1], owner) == 1 then
-    redis.call('HDEL', KEYS[4 * i], owner)
+  if ARGV[4] == '1' and redis.call('ZREM', KEYS[4 * i - 1], member) == 1 then
+    redis.call('HDEL', KEYS[4 * i], member)
   end
   out[i + 1] = fence
 end

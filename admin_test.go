@@ -109,7 +109,7 @@ func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 	a, err := holder.TryAcquire(ctx, "job")
 	require.NoError(t, err)
 
-	wake := rdb.Subscribe(ctx, "redlease:{job}:wake")
+	wake := rdb.PSubscribe(ctx, "redlease:{job}:wake:*") // every Client's wake channel
 	defer wake.Close()
 	_, err = wake.Receive(ctx) // the subscription is confirmed
 	require.NoError(t, err)
@@ -143,6 +143,7 @@ func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 	require.NotNil(t, b)
 	defer b.Release(ctx)
 	require.Equal(t, b.Owner(), msg.Payload)
+	require.Equal(t, "redlease:{job}:wake:"+waiter.hub.id, msg.Channel, "only the waiter's Client hears it")
 	require.Equal(t, a.Fence()+1, b.Fence())
 
 	waitDone(t, a.Context(), 10*time.Second)

@@ -464,7 +464,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	defer cancel()
 	// The acquire script took the owner out of the queue when it granted the
 	// lease: a holder is never queued.
-	deleted, err := l.c.release(rctx, l.cfg, &l.keys, l.ownerArg, false)
+	deleted, err := l.c.release(rctx, l.cfg, &l.keys, l.ownerArg, nil)
 	if err != nil {
 		return requestError("release", l.resource, err)
 	}

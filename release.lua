@@ -9,7 +9,7 @@
 -- ARGV[2]  wake channel  <prefix>{<resource>}:wake
 -- ARGV[3]  '1' on Redis Cluster (shard channel), else '0'
 -- ARGV[4]  how long to remember the release, in ms (the lease TTL)
--- ARGV[5]  '1' if the owner may be in the queue (it waited), else '0'
+-- ARGV[5]  the owner's queue member if it may be waiting in the queue, else ''
 --
 -- Deletes the lease only while it is ours, and takes the owner out of the
 -- queue if it is waiting there (a waiter that gives up releases too). If that
@@ -32,10 +32,10 @@ elseif redis.call('GET', KEYS[4]) == owner then
   return 1
 end
 local left = 0
-if ARGV[5] == '1' then
-  left = redis.call('ZREM', KEYS[2], owner)
+if ARGV[5] ~= '' then
+  left = redis.call('ZREM', KEYS[2], ARGV[5])
   if left == 1 then
-    redis.call('HDEL', KEYS[3], owner)
+    redis.call('HDEL', KEYS[3], ARGV[5])
   end
 end
 if deleted == 1 or (left == 1 and not cur) then

@@ -5,18 +5,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
 // Waiting for a busy lease.
 //
 // A waiter queues itself in Redis (see queue.lua) and sleeps. Release wakes
-// the first live waiter only, by publishing its owner token on the
-// resource's wake channel, <prefix>{R}:wake. The waiters of one Client share
-// one subscription connection (one per master node on Redis Cluster, where
-// the channel is a shard channel of the resource's slot), and the hub below
-// hands each message to the one waiter it names. So a release costs one
-// message and one acquire attempt, however many wait.
+// the first live waiter only, by publishing its owner token on the wake
+// channel of the waiter's Client for that resource, <prefix>{R}:wake:<id>.
+// The waiters of one Client share one subscription connection (one per
+// master node on Redis Cluster, where the channels are shard channels of the
+// resource's slot), and the hub below hands each message to the one waiter it
+// names. So a release costs one message, delivered to one process, and one
+// acquire attempt, however many wait.
 //
 // Expiry publishes nothing, and messages can be lost (a reconnecting
 // subscription, a waiter that died at the head of the queue); so each waiter
@@ -45,7 +47,8 @@ var waiterTimeoutArg any = waiterTimeout.Milliseconds()
 // hub multiplexes the wake channels of one Client's waiters.
 type hub struct {
 	rdb     redis.UniversalClient
-	sharded bool // Redis Cluster: SSUBSCRIBE, one connection per master
+	sharded bool   // Redis Cluster: SSUBSCRIBE, one connection per master
+	id      string // names this Client's wake channels
 
 	mu     sync.Mutex
 	subs   map[string]*subscription // by node address ("" without Cluster)
@@ -80,8 +83,8 @@ type waiter struct {
 
 func newHub(rdb redis.UniversalClient) *hub {
 	_, sharded := rdb.(*redis.ClusterClient)
-	return &hub{rdb: rdb, sharded: sharded, subs: map[string]*subscription{}, chans: map[string]*wakeChannel{},
-		closed: make(chan struct{})}
+	return &hub{rdb: rdb, sharded: sharded, id: uuid.NewString()[:8], subs: map[string]*subscription{},
+		chans: map[string]*wakeChannel{}, closed: make(chan struct{})}
 }
 
 // close ends every subscription and waits for the receive goroutines; the

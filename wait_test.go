@@ -47,26 +47,34 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	l, err := holder.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 
-	// Listen on the wake channel as a third party.
-	ps := rdb.Subscribe(ctx, "redlease:{r}:wake")
+	// Listen on every Client's wake channel as a third party.
+	ps := rdb.PSubscribe(ctx, "redlease:{r}:wake:*")
 	defer ps.Close()
 	_, err = ps.Receive(ctx) // the subscription confirmation
 	require.NoError(t, err)
 
-	var waits []<-chan acquired
+	var (
+		waits   []<-chan acquired
+		clients []*Client
+	)
 	for i := range 3 {
-		waits = append(waits, startWaiter(ctx, New(srv.Client(t), WithFair(true)), "r"))
+		c := New(srv.Client(t), WithFair(true))
+		clients = append(clients, c)
+		waits = append(waits, startWaiter(ctx, c, "r"))
 		waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
 	}
-	order := queued(t, rdb, "r")
+	order := queued(t, rdb, "r") // members: <owner>/<client id>
 
 	require.NoError(t, l.Release(ctx))
-	msg, err := ps.ReceiveMessage(ctx)
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := ps.ReceiveMessage(mctx)
 	require.NoError(t, err)
-	require.Equal(t, order[0], msg.Payload, "release names the first waiter, and only it")
+	require.Equal(t, order[0], msg.Payload+"/"+clients[0].hub.id, "release names the first waiter")
+	require.Equal(t, "redlease:{r}:wake:"+clients[0].hub.id, msg.Channel, "on its Client's channel only")
 	first := recv(t, waits[0], 30*time.Second)
 	require.NoError(t, first.err)
-	require.Equal(t, order[0], first.l.Owner())
+	require.Equal(t, msg.Payload, first.l.Owner())
 	require.Equal(t, order[1:], queued(t, rdb, "r"), "the others keep their places")
 
 	// A waiter that gives up leaves the queue.
