@@ -139,7 +139,7 @@ func TestFaultHelperProcess(t *testing.T) {
 	if spec == "" {
 		t.Skip("the helper process of TestFaultClientProcessPause")
 	}
-	f := strings.Fields(spec) // lock address, resource address, resource
+	f := strings.Fields(spec) // lock address, resource address, resource, "lease" or "election"
 	ctx := context.Background()
 	lockRdb := redis.NewClient(&redis.Options{Addr: f[0]})
 	resRdb := redis.NewClient(&redis.Options{Addr: f[1]})
@@ -147,7 +147,15 @@ func TestFaultHelperProcess(t *testing.T) {
 	defer resRdb.Close()
 	c := New(lockRdb, WithTTL(faultTTL), WithSafetyMargin(faultTTL/4))
 	defer c.Close(ctx)
-	l, err := c.TryAcquire(ctx, f[2])
+	var (
+		l   *Lease
+		err error
+	)
+	if len(f) > 3 && f[3] == "election" {
+		l, err = NewElection(c, f[2]).Campaign(ctx, "paused-leader")
+	} else {
+		l, err = c.TryAcquire(ctx, f[2])
+	}
 	if err != nil {
 		fmt.Println("error", err)
 		return
@@ -170,13 +178,40 @@ func TestFaultHelperProcess(t *testing.T) {
 }
 
 func TestFaultClientProcessPause(t *testing.T) {
+	testPausedHolder(t, "lease", func(ctx context.Context, c *Client, resource string) (*Lease, error) {
+		return c.Acquire(ctx, resource, WithMaxWait(5*faultTTL))
+	})
+}
+
+// The leader of an election pauses past its TTL: its term ends, the next
+// leader's term has a higher fence, and the paused leader's late write is
+// rejected.
+func TestFaultElectionLeaderPause(t *testing.T) {
+	testPausedHolder(t, "election", func(ctx context.Context, c *Client, resource string) (*Lease, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*faultTTL)
+		defer cancel()
+		term, err := NewElection(c, resource).Campaign(ctx, "next-leader")
+		if err == nil {
+			leader, lerr := NewElection(c, resource).Leader(ctx)
+			if lerr != nil || leader.Value != "next-leader" || leader.Fence != term.Fence() {
+				return nil, fmt.Errorf("leader after the hand-over: %+v, %v", leader, lerr)
+			}
+		}
+		return term, err
+	})
+}
+
+// testPausedHolder runs a client process that takes the lease of "pay" (as a
+// plain lease, or as an election's term), SIGSTOPs it for 3×TTL while take
+// (in this process) takes over and writes, resumes it, and makes it write.
+func testPausedHolder(t *testing.T, mode string, take func(context.Context, *Client, string) (*Lease, error)) {
 	h := newHistory()
 	lock := startRedis(t)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 
 	child := exec.Command(os.Args[0], "-test.run=^TestFaultHelperProcess$", "-test.v=false")
-	child.Env = append(os.Environ(), "REDLEASE_FAULT_HELPER="+lock.Addr+" "+store.addr+" pay")
+	child.Env = append(os.Environ(), "REDLEASE_FAULT_HELPER="+lock.Addr+" "+store.addr+" pay "+mode)
 	stdin, err := child.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := child.StdoutPipe()
@@ -194,13 +229,17 @@ func TestFaultClientProcessPause(t *testing.T) {
 
 	// The whole process stops, watchdog included, for 3×TTL.
 	require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
 	c := New(lock.Client(t), faultOpts(h)...)
 	defer c.Close(ctx)
-	b, err := h.Acquire(ctx, 1, c, "pay", true, WithMaxWait(5*faultTTL))
+	call = h.now()
+	b, err := take(ctx, c, "pay")
 	require.NoError(t, err, "B takes over once A's lease expires in Redis")
+	h.record(1, call, opInput{kind: opAcquire, resource: "pay"}, opOutput{res: resOK, fence: b.Fence(), owner: b.Owner()})
+	h.acquired(b)
 	require.Greater(t, b.Fence(), fence)
 	require.NoError(t, store.write(ctx, 1, "pay", b.Owner(), b.Fence()))
-	time.Sleep(3*faultTTL - time.Since(h.start.Add(time.Duration(call))))
+	time.Sleep(time.Until(stopped.Add(3 * faultTTL)))
 	require.NoError(t, child.Process.Signal(syscall.SIGCONT))
 
 	call = h.now()
