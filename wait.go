@@ -169,6 +169,16 @@ func (w *waiter) subscribed() bool {
 // timers still run.
 func (w *waiter) subscribe(ctx context.Context) bool {
 	h := w.h
+	// On Cluster, find the channel's node before taking h.mu: it may have
+	// to load the cluster's slots, and deliveries must not wait for that.
+	var node redis.UniversalClient = h.rdb
+	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
+		master, err := cc.MasterForKey(ctx, w.channel)
+		if err != nil {
+			return false
+		}
+		node = master
+	}
 	h.mu.Lock()
 	ch := h.chans[w.channel]
 	if ch.sub != nil {
@@ -184,17 +194,14 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 	}
 	ch.ready = make(chan struct{})
 	ready := ch.ready
-	sub, err := h.subscriptionLocked(ctx, w.channel)
-	if err != nil {
-		h.mu.Unlock()
-		return false
-	}
+	sub := h.subscriptionLocked(ctx, node)
 	ch.sub = sub
 	sub.count++
 	h.mu.Unlock()
 
 	// Sent outside h.mu: the connection may be slow. go-redis remembers the
 	// channel and subscribes again after a reconnect.
+	var err error
 	if h.sharded {
 		err = sub.ps.SSubscribe(ctx, w.channel)
 	} else {
@@ -218,20 +225,15 @@ func waitReady(ctx context.Context, ready chan struct{}) bool {
 	return false
 }
 
-// subscriptionLocked returns the subscription connection that serves
-// channel, opening it if needed.
-func (h *hub) subscriptionLocked(ctx context.Context, channel string) (*subscription, error) {
-	node := ""
-	conn := h.rdb
-	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
-		master, err := cc.MasterForKey(ctx, channel)
-		if err != nil {
-			return nil, err
-		}
-		node, conn = master.Options().Addr, master
+// subscriptionLocked returns the subscription connection to conn (the
+// Client's Redis, or on Cluster the channel's master), opening it if needed.
+func (h *hub) subscriptionLocked(ctx context.Context, conn redis.UniversalClient) *subscription {
+	addr := "" // one connection without Cluster
+	if master, ok := conn.(*redis.Client); ok && h.sharded {
+		addr = master.Options().Addr
 	}
-	if sub := h.subs[node]; sub != nil {
-		return sub, nil
+	if sub := h.subs[addr]; sub != nil {
+		return sub
 	}
 	var ps *redis.PubSub
 	if h.sharded {
@@ -240,11 +242,11 @@ func (h *hub) subscriptionLocked(ctx context.Context, channel string) (*subscrip
 		ps = conn.Subscribe(ctx)
 	}
 	sub := &subscription{ps: ps}
-	h.subs[node] = sub
+	h.subs[addr] = sub
 	msgs := ps.ChannelWithSubscriptions()
 	h.recv.Add(1)
 	go h.receive(sub, msgs)
-	return sub, nil
+	return sub
 }
 
 // receive delivers the messages of one subscription connection until it is
