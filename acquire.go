@@ -217,8 +217,8 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 	)
 	for {
 		ls, err := a.attempt(ctx)
-		if err == nil {
-			return ls, nil
+		if err == nil || errors.Is(err, ErrClientClosed) {
+			return ls, err
 		}
 		var (
 			busy  *BusyError
@@ -365,6 +365,13 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	leases := make([]*Lease, len(a.resources))
 	for i, r := range a.resources {
 		l := a.c.newLease(ctx, cfg, r, a.names[i], a.owner, a.ownerArg, res[i+1])
+		if l == nil { // Close began while the request was on its way
+			for _, started := range leases[:i] {
+				started.lapse()
+			}
+			a.leave(ctx)
+			return nil, notAcquired(r, ErrClientClosed)
+		}
 		if !l.start(sent) {
 			// The reply came so late that the leases could expire any moment:
 			// never hand out a lease whose local deadline has already passed.

@@ -79,7 +79,7 @@ type BusyError struct {
 
 func (e *BusyError) Error() string {
 	if e.Remaining == 0 {
-		return fmt.Sprintf("redlease: %q is free but earlier waiters come first (fair lease)", e.Resource)
+		return fmt.Sprintf("redlease: %q is busy: its lease is about to expire, or earlier waiters come first (fair lease)", e.Resource)
 	}
 	if e.Remaining < 0 {
 		return fmt.Sprintf("redlease: %q is held by another owner (lease key has no TTL)", e.Resource)

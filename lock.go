@@ -90,15 +90,21 @@ func (c *Client) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// track adds or removes an active lease.
-func (c *Client) track(l *Lease, active bool) {
+// track adds or removes an active lease. Adding fails once Close has begun:
+// under the same lock as Close's list of leases to release, so a lease is
+// either released by Close or never handed out.
+func (c *Client) track(l *Lease, active bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if active {
-		c.leases[l] = struct{}{}
-	} else {
+	if !active {
 		delete(c.leases, l)
+		return true
 	}
+	if c.closed {
+		return false
+	}
+	c.leases[l] = struct{}{}
+	return true
 }
 
 // leaseConfig merges the Client's defaults with opts and validates them and
@@ -242,7 +248,8 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
-// newLease returns an active lease whose acquire request was just answered.
+// newLease returns an active lease whose acquire request was just answered,
+// or nil if the Client was closed meanwhile.
 func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys resourceKeys, owner string, ownerArg any, fence int64) *Lease {
 	l := &Lease{
 		c:        c,
@@ -256,8 +263,10 @@ func (c *Client) newLease(ctx context.Context, cfg *config, resource string, key
 		interval: cfg.interval(),
 		index:    -1,
 	}
+	if !c.track(l, true) {
+		return nil
+	}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	c.track(l, true)
 	return l
 }
 

@@ -399,3 +399,36 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 	require.ErrorIs(t, context.Cause(blocker.Context()), ErrReleased)
 	goleak.VerifyNone(t, ignore)
 }
+
+// An acquire whose reply arrives after Close began is given back, not handed
+// out: Close could not have released it.
+func TestAcquireRacingCloseIsGivenBack(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb)
+	// Close begins while the acquire script is on its way.
+	rdb.AddHook(closeAfterSend{c: c})
+	_, err := c.TryAcquire(t.Context(), "r")
+	require.ErrorIs(t, err, ErrClientClosed)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Zero(t, rdb.Exists(t.Context(), "redlease:{r}:lease").Val(), "the lease was released by owner")
+}
+
+// closeAfterSend closes c right after the first EVALSHA has been answered,
+// before the Client sees the reply.
+type closeAfterSend struct{ c *Client }
+
+func (h closeAfterSend) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h closeAfterSend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h closeAfterSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			h.c.mu.Lock()
+			h.c.closed = true // what Close does first
+			h.c.mu.Unlock()
+		}
+		return err
+	}
+}
