@@ -2,6 +2,8 @@ package redlease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -9,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,7 +28,7 @@ import (
 //
 // The lease's context keeps the values of ctx but not its cancellation.
 func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	ls, err := c.acquire(ctx, []string{resource}, opts, false)
+	ls, err := c.acquire(ctx, []string{resource}, opts, false) // the slice does not escape
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,7 @@ func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option
 // as in TryAcquire, retrying with the same owner token for as long as ctx
 // allows.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	ls, err := c.acquire(ctx, []string{resource}, opts, true)
+	ls, err := c.acquire(ctx, []string{resource}, opts, true) // the slice does not escape
 	if err != nil {
 		return nil, err
 	}
@@ -85,23 +86,24 @@ type acquisition struct {
 	c         *Client
 	cfg       *config
 	resources []string
-	owner     string
-	ownerArg  any // owner, boxed once for the scripts' arguments
-	memberArg any // the owner's queue member, '<owner>/<client id>'; see queue.lua
+	owner     string // a random UUID
+	member    string // the owner's queue member, '<owner>/<client id>'; see queue.lua
 	names     []resourceKeys
-	keys      []string // lease, fence, queue and alive key of each resource
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue
+
+	// The storage of an acquisition of one resource, the common case, so
+	// that the acquisition is one allocation.
+	resource [1]string
+	name     [1]resourceKeys
+	fence    [1]int64
+	lease    [1]*Lease
 }
 
 func (c *Client) acquire(ctx context.Context, resources []string, opts []Option, wait bool) ([]*Lease, error) {
 	cfg, err := c.leaseConfig(resources, opts)
 	if err != nil {
 		return nil, err
-	}
-	id, err := uuid.NewRandom()
-	if err != nil {
-		return nil, fmt.Errorf("redlease: owner token: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, notAcquired(resources[0], context.Cause(ctx))
@@ -111,13 +113,16 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
-	a := &acquisition{c: c, cfg: cfg, resources: resources, owner: id.String(), wait: wait,
-		names: make([]resourceKeys, len(resources)), keys: make([]string, 0, 4*len(resources))}
-	a.ownerArg, a.memberArg = a.owner, a.owner+"/"+c.hub.id
-	for i, r := range resources {
-		k := cfg.keys(r)
-		a.names[i] = k
-		a.keys = append(a.keys, k.lease, k.fence, k.queue, k.alive)
+	a := &acquisition{c: c, cfg: cfg, wait: wait}
+	a.owner, a.member = newOwner(c.hub.id)
+	if len(resources) == 1 {
+		a.resource[0], a.name[0] = resources[0], cfg.keys(resources[0])
+		a.resources, a.names = a.resource[:], a.name[:]
+	} else {
+		a.resources, a.names = slices.Clone(resources), make([]resourceKeys, len(resources))
+		for i, r := range resources {
+			a.names[i] = cfg.keys(r)
+		}
 	}
 	start := time.Now()
 	var leases []*Lease
@@ -133,6 +138,30 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 		a.report(ctx, start, leases, err)
 	}
 	return leases, err
+}
+
+// newOwner returns a new owner token, a random UUID (version 4), and its
+// queue member, '<owner>/<client id>': one string, of which the owner is the
+// head.
+func newOwner(clientID string) (owner, member string) {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // never fails
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant RFC 4122
+	var text [36]byte
+	hex.Encode(text[0:8], u[0:4])
+	hex.Encode(text[9:13], u[4:6])
+	hex.Encode(text[14:18], u[6:8])
+	hex.Encode(text[19:23], u[8:10])
+	hex.Encode(text[24:36], u[10:16])
+	text[8], text[13], text[18], text[23] = '-', '-', '-', '-'
+	var b strings.Builder
+	b.Grow(len(text) + 1 + len(clientID))
+	b.Write(text[:])
+	b.WriteByte('/')
+	b.WriteString(clientID)
+	member = b.String()
+	return member[:len(text)], member
 }
 
 // report sends the acquire events: one per lease taken, or one for the failure.
@@ -284,10 +313,10 @@ func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
 // if the lease is free. It is best effort: the lease's TTL and the waiter
 // timeout clean up after it.
 func (a *acquisition) leave(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.releaseTimeout)
+	rctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
 	defer cancel()
 	for i := range a.resources {
-		_, _ = a.c.release(rctx, a.cfg, &a.names[i], a.ownerArg, a.memberArg)
+		_, _ = a.c.release(rctx, &a.names[i], &a.owner, &a.member)
 	}
 }
 
@@ -300,16 +329,14 @@ func notAcquired(resource string, err error) error {
 
 // release runs the release script for owner: compare-and-delete, leave the
 // queue if member (not nil) may be waiting there, wake the next waiter.
-func (c *Client) release(ctx context.Context, cfg *config, k *resourceKeys, owner, member any) (bool, error) {
+func (c *Client) release(ctx context.Context, k *resourceKeys, owner, member any) (bool, error) {
 	if member == nil {
-		member = noMember
+		member = ""
 	}
-	n, err := releaseScript.Run(ctx, c.rdb, []string{k.lease, k.queue, k.alive, k.released},
-		owner, k.wake, c.hub.shardedArg(), cfg.ttlArg, member).Int64()
+	n, err := releaseScript.run(ctx, c.rdb, []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released,
+		owner, &k.wake, c.hub.shardedArg(), member}, intReply).(*redis.IntCmd).Result()
 	return n == 1, err
 }
-
-var noMember any = ""
 
 // attempt runs the acquire script once.
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
@@ -318,20 +345,36 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	if a.wait {
 		timeout = waiterTimeoutArg
 	}
-	script, args := acquireScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(cfg.fair), flag(a.queued), a.memberArg}
-	if len(a.resources) > 1 {
-		script, args = acquireAllScript, []any{a.ownerArg, cfg.ttlArg, timeout, flag(a.queued), a.memberArg}
+	var (
+		s      = acquireScript
+		newCmd = intReply
+		args   []any
+	)
+	if len(a.resources) == 1 {
+		k := &a.names[0]
+		args = []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
+			&a.owner, cfg.ttlArg, timeout, flag(cfg.fair), flag(a.queued), &a.member}
+	} else {
+		s, newCmd = acquireAllScript, sliceReply
+		args = make([]any, 3, 3+4*len(a.names)+5)
+		args[2] = 4 * len(a.names)
+		for i := range a.names {
+			k := &a.names[i]
+			args = append(args, &k.lease, &k.fence, &k.queue, &k.alive)
+		}
+		args = append(args, &a.owner, cfg.ttlArg, timeout, flag(a.queued), &a.member)
 	}
 	sent := time.Now()
 	var (
-		res   []int64
+		cmd   scriptCmd
 		acked int64
 		err   error
 	)
 	if cfg.replicas > 0 {
-		res, acked, err = a.runAcked(ctx, script, args)
+		cmd, acked, err = a.runAcked(ctx, s, args, newCmd)
 	} else {
-		res, err = script.Run(ctx, a.c.rdb, a.keys, args...).Int64Slice()
+		cmd = s.run(ctx, a.c.rdb, args, newCmd)
+		err = cmd.Err()
 	}
 	if a.wait && (err == nil || mayHaveReached(err)) {
 		a.queued = true // the script ran, or may have
@@ -339,32 +382,21 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.replicas > 0 && len(res) > 0 && res[0] == 1 && acked < int64(cfg.replicas) {
+	fences, err := a.decode(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.replicas > 0 && acked < int64(cfg.replicas) {
 		a.leave(ctx)
 		return nil, fmt.Errorf("%w: %w: %q: %d of %d replicas acknowledged within %v",
 			ErrNotAcquired, ErrNotReplicated, a.resources[0], acked, cfg.replicas, cfg.replicaTimeout)
 	}
-	if len(res) < 2 {
-		return nil, fmt.Errorf("redlease: acquire script replied %v", res)
+	leases := a.lease[:]
+	if len(a.resources) > 1 {
+		leases = make([]*Lease, len(a.resources))
 	}
-	if res[0] == 0 {
-		busy := &BusyError{Remaining: time.Duration(res[1]) * time.Millisecond}
-		if res[1] < 0 {
-			busy.Remaining = -1
-		}
-		busy.first = len(res) > 2 && res[2] == 1
-		if len(res) > 3 && res[3] >= 1 && int(res[3]) <= len(a.resources) {
-			busy.index = int(res[3]) - 1
-		}
-		busy.Resource = a.resources[busy.index]
-		return nil, busy
-	}
-	if len(res) != len(a.resources)+1 {
-		return nil, fmt.Errorf("redlease: acquire script replied %v", res)
-	}
-	leases := make([]*Lease, len(a.resources))
 	for i, r := range a.resources {
-		l := a.c.newLease(ctx, cfg, r, a.names[i], a.owner, a.ownerArg, res[i+1])
+		l := a.c.newLease(ctx, cfg, r, &a.names[i], a.owner, fences[i])
 		if l == nil { // Close began while the request was on its way
 			for _, started := range leases[:i] {
 				started.lapse()
@@ -396,6 +428,44 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	return leases, nil
 }
 
+// decode reads an acquire script's reply (see acquire.lua and
+// acquire_all.lua): the fences of the new leases, or a *BusyError.
+func (a *acquisition) decode(cmd scriptCmd) ([]int64, error) {
+	if ic, ok := cmd.(*redis.IntCmd); ok {
+		v := ic.Val()
+		switch {
+		case v > 0:
+			a.fence[0] = v
+			return a.fence[:], nil
+		case v < -1:
+			x := -v
+			return nil, a.busy(0, x/2-2, x&1 == 1)
+		}
+		return nil, fmt.Errorf("redlease: acquire script replied %d", v)
+	}
+	res, err := cmd.(*redis.Cmd).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case len(res) == len(a.resources)+1 && res[0] == 1:
+		return res[1:], nil
+	case len(res) == 4 && res[0] == 0 && res[3] >= 1 && int(res[3]) <= len(a.resources):
+		return nil, a.busy(int(res[3])-1, res[1], res[2] == 1)
+	}
+	return nil, fmt.Errorf("redlease: acquire script replied %v", res)
+}
+
+// busy is the error for resource i, held by another owner whose lease has
+// pttl ms left (-1: no TTL).
+func (a *acquisition) busy(i int, pttl int64, first bool) *BusyError {
+	busy := &BusyError{Resource: a.resources[i], Remaining: time.Duration(pttl) * time.Millisecond, first: first, index: i}
+	if pttl < 0 {
+		busy.Remaining = -1
+	}
+	return busy
+}
+
 // drawFences gives each new lease a fence from the configured source, and
 // records it in the lease while the lease is still ours. On failure it gives
 // every lease up.
@@ -407,7 +477,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		}
 		var ok bool
 		if err == nil {
-			ok, err = renewResult(confirmScript.Run(ctx, a.c.rdb, []string{l.keys.lease}, a.ownerArg, fence, l.cfg.ttlArg))
+			ok, err = renewResult(confirmScript.Run(ctx, a.c.rdb, []string{l.keys.lease}, l.ownerArg, fence, l.cfg.ttlArg))
 			if err == nil && !ok {
 				err = ErrLeaseLost
 			}
@@ -427,31 +497,34 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 // runAcked runs an acquire script and WAIT in one pipeline on the master
 // that owns the keys, so that WAIT covers the script's writes: the reply
 // says how many replicas acknowledged them.
-func (a *acquisition) runAcked(ctx context.Context, script *redis.Script, args []any) ([]int64, int64, error) {
+func (a *acquisition) runAcked(ctx context.Context, s *script, args []any,
+	newCmd func(context.Context, ...any) scriptCmd) (scriptCmd, int64, error) {
 	conn := redis.Cmdable(a.c.rdb)
 	if cc, ok := a.c.rdb.(*redis.ClusterClient); ok {
-		master, err := cc.MasterForKey(ctx, a.keys[0])
+		master, err := cc.MasterForKey(ctx, a.names[0].lease)
 		if err != nil {
 			return nil, 0, err
 		}
 		conn = master
 	}
+	args[0], args[1] = "evalsha", s.hash
 	for loaded := false; ; loaded = true {
 		pipe := conn.Pipeline()
-		cmd := script.EvalSha(ctx, pipe, a.keys, args...)
+		cmd := newCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, cmd)
 		wait := waitCmd(ctx, pipe, a.cfg.replicas, a.cfg.replicaTimeout)
 		_, _ = pipe.Exec(ctx)
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") && !loaded {
-			if err := script.Load(ctx, conn).Err(); err != nil {
+			if err := s.Load(ctx, conn).Err(); err != nil {
 				return nil, 0, err
 			}
 			continue
 		}
-		res, err := cmd.Int64Slice()
-		if err != nil {
+		if err := cmd.Err(); err != nil {
 			return nil, 0, err
 		}
-		return res, wait.Val(), wait.Err()
+		return cmd, wait.Val(), wait.Err()
 	}
 }
 

@@ -13,15 +13,16 @@
 -- ARGV[5]  '1' if the owner may already be queued (not its first attempt)
 -- ARGV[6]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
 --
--- Returns {1, fence} when the lease is ours: newly taken (the counter is
+-- The reply is one integer, which go-redis reads without allocating:
+-- The fence (> 0) when the lease is ours: newly taken (the counter is
 -- incremented in the same step, so no lease ever exists without a fence), or
 -- already ours because an earlier attempt with the same owner succeeded and its
 -- reply was lost (then the TTL is reset and the same fence is returned: a retry
 -- never creates a second holder or burns a second fence).
--- Returns {0, pttl, first} when it is not: pttl is the time the holder's lease
--- has left in ms (-1 if someone stored the key without a TTL, 0 if the lease
--- is free but a fair acquire must let an earlier waiter go first); first is 1
--- if the owner is now the first live waiter in the queue.
+-- -(2 * (pttl + 2) + first) (< 0) when it is not: pttl is the time the holder's
+-- lease has left in ms (-1 if someone stored the key without a TTL, 0 if the
+-- lease is free but a fair acquire must let an earlier waiter go first);
+-- first is 1 if the owner is now the first live waiter in the queue.
 local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
@@ -36,14 +37,14 @@ local function busy(pttl)
   if queued and first(KEYS[3], KEYS[4]) == member then
     head = 1
   end
-  return {0, pttl, head}
+  return -(2 * (pttl + 2) + head)
 end
 
 local cur = redis.call('GET', lease)
 if cur then
   if string.sub(cur, 1, #mine) == mine then
     redis.call('PEXPIRE', lease, ARGV[2])
-    return {1, tonumber(string.sub(cur, #mine + 1))}
+    return tonumber(string.sub(cur, #mine + 1))
   end
   return busy(redis.call('PTTL', lease))
 end
@@ -58,4 +59,4 @@ if queued and redis.call('ZREM', KEYS[3], member) == 1 then
 end
 local fence = redis.call('INCR', KEYS[2])
 redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
-return {1, fence}
+return fence

@@ -57,11 +57,14 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			acq := []string{cfg.key("bench", "lease"), cfg.key("bench", "fence"), cfg.key("bench", "queue"), cfg.key("bench", "alive")}
 			rel := []string{acq[0], acq[2], acq[3], cfg.key("bench", "released")}
 			wake, ttl := cfg.key("bench", "wake"), cfg.ttl.Milliseconds()
+			// ARGV: owner, TTL, waiter timeout (0: do not queue), fair,
+			// queued, queue member; owner, wake channel, sharded, queue
+			// member ('': not queued).
 			return func(ctx context.Context) error {
-				if err := acquireScript.Run(ctx, c.rdb, acq, "owner", ttl, 0, "0", "0").Err(); err != nil {
+				if err := acquireScript.Run(ctx, c.rdb, acq, "owner", ttl, 0, "0", "0", "owner/c").Err(); err != nil {
 					return err
 				}
-				return releaseScript.Run(ctx, c.rdb, rel, "owner", wake, "0", ttl).Err()
+				return releaseScript.Run(ctx, c.rdb, rel, "owner", wake, "0", "").Err()
 			}
 		}},
 	}

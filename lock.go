@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +27,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // active leases, for Close
-	closed bool
+	closed atomic.Bool         // set under mu; read without it by acquire calls
 }
 
 // New returns a Client that takes leases through rdb, which may be a plain
@@ -75,7 +76,7 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.mu.Lock()
-	c.closed = true
+	c.closed.Store(true)
 	leases := make([]*Lease, 0, len(c.leases))
 	for l := range c.leases {
 		leases = append(leases, l)
@@ -100,7 +101,7 @@ func (c *Client) track(l *Lease, active bool) bool {
 		delete(c.leases, l)
 		return true
 	}
-	if c.closed {
+	if c.closed.Load() {
 		return false
 	}
 	c.leases[l] = struct{}{}
@@ -117,10 +118,7 @@ func (c *Client) leaseConfig(resources []string, opts []Option) (*config, error)
 	if c.err != nil {
 		return nil, c.err
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.closed.Load() {
 		return nil, ErrClientClosed
 	}
 	if len(resources) == 0 {
@@ -166,7 +164,7 @@ type Lease struct {
 	resource string
 	keys     resourceKeys
 	owner    string
-	ownerArg any // owner, boxed once for the scripts' arguments
+	ownerArg any // &owner, for the scripts' arguments: boxing a pointer does not allocate
 	fence    int64
 	lifetime time.Duration
 	interval time.Duration
@@ -250,24 +248,32 @@ func (l *Lease) Deadline() time.Time {
 
 // newLease returns an active lease whose acquire request was just answered,
 // or nil if the Client was closed meanwhile.
-func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys resourceKeys, owner string, ownerArg any, fence int64) *Lease {
+func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys *resourceKeys, owner string, fence int64) *Lease {
 	l := &Lease{
 		c:        c,
 		cfg:      cfg,
 		resource: resource,
-		keys:     keys,
+		keys:     *keys,
 		owner:    owner,
-		ownerArg: ownerArg,
 		fence:    fence,
 		lifetime: cfg.lifetime(),
 		interval: cfg.interval(),
 		index:    -1,
 	}
+	l.ownerArg = &l.owner
 	if !c.track(l, true) {
 		return nil
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
 	return l
+}
+
+// detach returns a context with the values of ctx but not its cancellation.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil { // never canceled: nothing to detach from
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // lapse ends the lease locally, as if its local deadline had passed.
@@ -420,7 +426,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	l.mu.Unlock()
-	n, err := refreshScript.Run(ctx, l.c.rdb, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg).Int64()
+	n, err := refreshScript.run(ctx, l.c.rdb, []any{nil, nil, 1, &l.keys.lease, l.ownerArg, l.cfg.ttlArg},
+		intReply).(*redis.IntCmd).Result()
 	return l.renewed(sent, n == 1, err)
 }
 
@@ -469,11 +476,11 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	l.endLocked(stateReleased, ErrReleased)
 	l.mu.Unlock()
 
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.releaseTimeout)
+	rctx, cancel := context.WithTimeout(detach(ctx), l.cfg.releaseTimeout)
 	defer cancel()
 	// The acquire script took the owner out of the queue when it granted the
 	// lease: a holder is never queued.
-	deleted, err := l.c.release(rctx, l.cfg, &l.keys, l.ownerArg, nil)
+	deleted, err := l.c.release(rctx, &l.keys, l.ownerArg, nil)
 	if err != nil {
 		return requestError("release", l.resource, err)
 	}

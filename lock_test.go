@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -39,6 +40,9 @@ func TestAcquireRelease(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	require.ErrorIs(t, context.Cause(l.Context()), ErrReleased)
 	require.False(t, mr.Exists("redlease:{billing:42}:lease"))
+	require.Equal(t, fmt.Sprintf("%s:%d", l.Owner(), l.Fence()), mustGet(t, mr, "redlease:{billing:42}:released"),
+		"the lease was renamed: a retried release is recognised")
+	require.Greater(t, mr.TTL("redlease:{billing:42}:released"), 9*time.Second, "kept as long as the lease had left")
 	require.Equal(t, "1", mustGet(t, mr, "redlease:{billing:42}:fence"), "release never touches the fence counter")
 	require.ErrorIs(t, l.Refresh(ctx), ErrReleased)
 
@@ -48,6 +52,21 @@ func TestAcquireRelease(t *testing.T) {
 	n, err = c.LastFence(ctx, "never-taken")
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+func TestNewOwner(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		owner, member := newOwner("c1d2e3f4")
+		require.Regexp(t, uuidV4, owner)
+		u, err := uuid.Parse(owner)
+		require.NoError(t, err)
+		require.Equal(t, uuid.Version(4), u.Version())
+		require.Equal(t, uuid.RFC4122, u.Variant())
+		require.Equal(t, owner+"/c1d2e3f4", member)
+		require.False(t, seen[owner], "owner tokens are unique")
+		seen[owner] = true
+	}
 }
 
 func mustGet(t *testing.T, mr interface{ Get(string) (string, error) }, key string) string {

@@ -4,12 +4,11 @@
 -- KEYS[1]  lease key     <prefix>{<resource>}:lease
 -- KEYS[2]  queue key     <prefix>{<resource>}:queue     (see queue.lua)
 -- KEYS[3]  alive key     <prefix>{<resource>}:alive     (see queue.lua)
--- KEYS[4]  released key  <prefix>{<resource>}:released  the last releasing owner
+-- KEYS[4]  released key  <prefix>{<resource>}:released  the last released lease
 -- ARGV[1]  owner token
 -- ARGV[2]  wake channel  <prefix>{<resource>}:wake
 -- ARGV[3]  '1' on Redis Cluster (shard channel), else '0'
--- ARGV[4]  how long to remember the release, in ms (the lease TTL)
--- ARGV[5]  the owner's queue member if it may be waiting in the queue, else ''
+-- ARGV[4]  the owner's queue member if it may be waiting in the queue, else ''
 --
 -- Deletes the lease only while it is ours, and takes the owner out of the
 -- queue if it is waiting there (a waiter that gives up releases too). If that
@@ -17,25 +16,28 @@
 -- its owner token. The fence counter is never touched.
 --
 -- Returns 1 if our lease was deleted, by this call or by an earlier one whose
--- reply was lost (the released key remembers the last releasing owner, so a
--- retried release is not mistaken for a lost lease); 0 if the lease had
--- expired or belongs to another owner (nothing is deleted then).
-local lease, owner = KEYS[1], ARGV[1]
-local mine = owner .. ':'
+-- reply was lost; 0 if the lease had expired or belongs to another owner
+-- (nothing is deleted then). The lease is deleted by renaming it to the
+-- released key, one command instead of a delete and a write: that key keeps
+-- the last released lease, owner and fence, for as long as the lease had
+-- left, so a retried release is not mistaken for a lost lease.
+local lease, mine = KEYS[1], ARGV[1] .. ':'
 local deleted = 0
 local cur = redis.call('GET', lease)
 if cur and string.sub(cur, 1, #mine) == mine then
-  redis.call('DEL', lease)
-  redis.call('SET', KEYS[4], owner, 'PX', ARGV[4])
+  redis.call('RENAME', lease, KEYS[4])
   deleted = 1
-elseif redis.call('GET', KEYS[4]) == owner then
-  return 1
+else
+  local last = redis.call('GET', KEYS[4])
+  if last and string.sub(last, 1, #mine) == mine then
+    return 1
+  end
 end
 local left = 0
-if ARGV[5] ~= '' then
-  left = redis.call('ZREM', KEYS[2], ARGV[5])
+if ARGV[4] ~= '' then
+  left = redis.call('ZREM', KEYS[2], ARGV[4])
   if left == 1 then
-    redis.call('HDEL', KEYS[3], ARGV[5])
+    redis.call('HDEL', KEYS[3], ARGV[4])
   end
 end
 if deleted == 1 or (left == 1 and not cur) then

@@ -1,44 +1,96 @@
 package redlease
 
 import (
+	"context"
 	_ "embed"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The scripts are loaded into Redis on first use and then run by EVALSHA;
-// redis.Script.Run falls back to EVAL when the server answers NOSCRIPT (after
-// a restart or SCRIPT FLUSH). Each script's header states its keys, arguments
-// and reply.
+// The scripts are loaded into Redis on first use and then run by EVALSHA,
+// falling back to EVAL when the server answers NOSCRIPT (after a restart or
+// SCRIPT FLUSH). Each script's header states its keys, arguments and reply.
 var (
 	//go:embed queue.lua
 	queueSrc string
 
 	//go:embed acquire.lua
 	acquireSrc    string
-	acquireScript = redis.NewScript(queueSrc + acquireSrc)
+	acquireScript = newScript(queueSrc + acquireSrc)
 
 	//go:embed acquire_all.lua
 	acquireAllSrc    string
-	acquireAllScript = redis.NewScript(queueSrc + acquireAllSrc)
+	acquireAllScript = newScript(queueSrc + acquireAllSrc)
 
 	//go:embed confirm.lua
 	confirmSrc    string
-	confirmScript = redis.NewScript(confirmSrc)
+	confirmScript = newScript(confirmSrc)
 
 	//go:embed refresh.lua
 	refreshSrc    string
-	refreshScript = redis.NewScript(refreshSrc)
+	refreshScript = newScript(refreshSrc)
 
 	//go:embed release.lua
 	releaseSrc    string
-	releaseScript = redis.NewScript(queueSrc + releaseSrc)
+	releaseScript = newScript(queueSrc + releaseSrc)
 
 	//go:embed break.lua
 	breakSrc    string
-	breakScript = redis.NewScript(queueSrc + breakSrc)
+	breakScript = newScript(queueSrc + breakSrc)
 
 	//go:embed inspect.lua
 	inspectSrc    string
-	inspectScript = redis.NewScript(inspectSrc)
+	inspectScript = newScript(inspectSrc)
 )
+
+// script is a redis.Script that the hot paths can also run with a command
+// they build themselves. redis.Script.Run copies the keys and arguments into
+// a new slice and boxes every key; the acquire, renew and release paths
+// instead pass one slice, with the keys as pointers to strings they already
+// hold, which go-redis writes without boxing (see run).
+type script struct {
+	*redis.Script
+	hash, src any // EVALSHA's and EVAL's second argument, boxed once
+}
+
+func newScript(src string) *script {
+	s := redis.NewScript(src)
+	return &script{Script: s, hash: s.Hash(), src: src}
+}
+
+// processor sends one command: a client, or a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// scriptCmd is the command that reads a script's reply.
+type scriptCmd interface {
+	redis.Cmder
+	SetFirstKeyPos(int8)
+}
+
+// intReply reads an integer reply without boxing it; sliceReply reads any
+// reply.
+func intReply(ctx context.Context, args ...any) scriptCmd   { return redis.NewIntCmd(ctx, args...) }
+func sliceReply(ctx context.Context, args ...any) scriptCmd { return redis.NewCmd(ctx, args...) }
+
+// run runs the script as go-redis's Script.Run does: EVALSHA, and EVAL when
+// the server does not have the script. args are the whole command with two
+// free places first (for EVALSHA and the hash), then the number of keys, the
+// keys and the arguments; keys may be *string. newCmd makes the command that
+// reads the reply.
+func (s *script) run(ctx context.Context, p processor, args []any, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
+	args[0], args[1] = "evalsha", s.hash
+	cmd := newCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3) // for Cluster routing
+	// HasErrorPrefix allocates, even for nil: ask it only about errors.
+	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args = slices.Clone(args) // the first command keeps its own
+		args[0], args[1] = "eval", s.src
+		cmd = newCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd
+}

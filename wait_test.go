@@ -426,7 +426,7 @@ func (h closeAfterSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
 			h.c.mu.Lock()
-			h.c.closed = true // what Close does first
+			h.c.closed.Store(true) // what Close does first
 			h.c.mu.Unlock()
 		}
 		return err

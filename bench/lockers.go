@@ -222,19 +222,17 @@ func (l *rawLocker) Lock(ctx context.Context, key string) error {
 	l.n++
 	l.owner = l.base + strconv.FormatUint(l.n, 36)
 	// ARGV: owner, TTL, waiter timeout (0: do not queue), fair, queued, queue member.
-	res, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw").Int64Slice()
-	if err != nil {
-		return err
+	// Reply: the fence (> 0), or < 0 when busy.
+	fence, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw").Int64()
+	if err == nil && fence <= 0 {
+		err = errBusy
 	}
-	if len(res) < 2 || res[0] != 1 {
-		return errBusy
-	}
-	return nil
+	return err
 }
 
 func (l *rawLocker) Unlock(ctx context.Context) error {
-	// ARGV: owner, wake channel, sharded, TTL, queue member ("": not queued).
-	n, err := l.s.release.EvalSha(ctx, l.rdb, l.relKeys, l.owner, l.wake, "0", ttlMS, "").Int64()
+	// ARGV: owner, wake channel, sharded, queue member ("": not queued).
+	n, err := l.s.release.EvalSha(ctx, l.rdb, l.relKeys, l.owner, l.wake, "0", "").Int64()
 	if err == nil && n != 1 {
 		err = errors.New("raw: release did not delete the lease")
 	}
