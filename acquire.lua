@@ -1,5 +1,5 @@
 -- acquire: take the lease of one resource if it is free, and draw its fence.
--- (queue.lua is prepended.)
+-- (queue.lua is inserted at the line '--#queue'.)
 --
 -- KEYS[1]  lease key  <prefix>{<resource>}:lease  string "<owner>:<fence>" with a TTL
 -- KEYS[2]  fence key  <prefix>{<resource>}:fence  integer counter, never expires
@@ -27,6 +27,26 @@ local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
 
+local function take()
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
+  return fence
+end
+
+-- The common cases first, before the queue's functions are defined (which
+-- costs time on every call): the lease is already ours, or free for an owner
+-- that need not let a queued waiter go first.
+local cur = redis.call('GET', lease)
+if cur and string.sub(cur, 1, #mine) == mine then
+  redis.call('PEXPIRE', lease, ARGV[2])
+  return tonumber(string.sub(cur, #mine + 1))
+end
+if not cur and not queued and ARGV[4] ~= '1' then
+  return take()
+end
+
+--#queue
+
 local function busy(pttl)
   local timeout = tonumber(ARGV[3])
   if timeout > 0 then
@@ -40,12 +60,7 @@ local function busy(pttl)
   return -(2 * (pttl + 2) + head)
 end
 
-local cur = redis.call('GET', lease)
 if cur then
-  if string.sub(cur, 1, #mine) == mine then
-    redis.call('PEXPIRE', lease, ARGV[2])
-    return tonumber(string.sub(cur, #mine + 1))
-  end
   return busy(redis.call('PTTL', lease))
 end
 if ARGV[4] == '1' then
@@ -57,6 +72,4 @@ end
 if queued and redis.call('ZREM', KEYS[3], member) == 1 then
   redis.call('HDEL', KEYS[4], member)
 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
-return fence
+return take()

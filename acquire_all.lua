@@ -1,5 +1,5 @@
 -- acquire_all: take the leases of several resources at once, all or none.
--- (queue.lua is prepended.) All keys must be in one Redis Cluster hash slot;
+-- (queue.lua is inserted at the line '--#queue'.) All keys must be in one Redis Cluster hash slot;
 -- otherwise Redis refuses the script with CROSSSLOT and the client takes the
 -- leases one by one in a global order instead.
 --
@@ -15,6 +15,7 @@
 -- already ours from an attempt whose reply was lost), each fence drawn from
 -- its own resource's counter; or {0, pttl, first, i} when resource i is held
 -- by another owner (nothing is taken then), as in acquire.lua.
+--#queue
 local owner, member = ARGV[1], ARGV[5]
 local mine = owner .. ':'
 local n = #KEYS / 4

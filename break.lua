@@ -1,4 +1,4 @@
--- break: an operator's forced release. (queue.lua is prepended.)
+-- break: an operator's forced release. (queue.lua is inserted at the line '--#queue'.)
 --
 -- KEYS[1]  lease key  <prefix>{<resource>}:lease
 -- KEYS[2]  fence key  <prefix>{<resource>}:fence
@@ -18,6 +18,7 @@
 -- ('' if none), its PTTL in ms (-2 if none, -1 if it had no expiry), the
 -- fence counter (0 if absent), the number of queued waiters, and 1 if the
 -- lease was deleted, else 0.
+--#queue
 local cur = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
 local counter = tonumber(redis.call('GET', KEYS[2])) or 0

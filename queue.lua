@@ -1,4 +1,5 @@
--- queue.lua: shared functions, prepended to acquire.lua and release.lua.
+-- queue.lua: shared functions, inserted into acquire.lua, acquire_all.lua,
+-- release.lua and break.lua at their line '--#queue'.
 --
 -- The waiters of one resource queue in Redis, so that a release wakes exactly
 -- one of them (no stampede) and, for fair leases, so that the lease goes to

@@ -1,5 +1,5 @@
 -- release: compare-and-delete, and hand the resource to the next waiter.
--- (queue.lua is prepended.)
+-- (queue.lua is inserted at the line '--#queue'.)
 --
 -- KEYS[1]  lease key     <prefix>{<resource>}:lease
 -- KEYS[2]  queue key     <prefix>{<resource>}:queue     (see queue.lua)
@@ -21,23 +21,31 @@
 -- released key, one command instead of a delete and a write: that key keeps
 -- the last released lease, owner and fence, for as long as the lease had
 -- left, so a retried release is not mistaken for a lost lease.
-local lease, mine = KEYS[1], ARGV[1] .. ':'
+local lease, mine, member = KEYS[1], ARGV[1] .. ':', ARGV[4]
 local deleted = 0
 local cur = redis.call('GET', lease)
 if cur and string.sub(cur, 1, #mine) == mine then
   redis.call('RENAME', lease, KEYS[4])
   deleted = 1
+  -- The common case, decided before the queue's functions are defined:
+  -- nobody is waiting, and the owner was not queued.
+  if member == '' and redis.call('EXISTS', KEYS[2]) == 0 then
+    return 1
+  end
 else
   local last = redis.call('GET', KEYS[4])
   if last and string.sub(last, 1, #mine) == mine then
     return 1
   end
 end
+
+--#queue
+
 local left = 0
-if ARGV[4] ~= '' then
-  left = redis.call('ZREM', KEYS[2], ARGV[4])
+if member ~= '' then
+  left = redis.call('ZREM', KEYS[2], member)
   if left == 1 then
-    redis.call('HDEL', KEYS[3], ARGV[4])
+    redis.call('HDEL', KEYS[3], member)
   end
 end
 if deleted == 1 or (left == 1 and not cur) then

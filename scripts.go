@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,11 +18,11 @@ var (
 
 	//go:embed acquire.lua
 	acquireSrc    string
-	acquireScript = newScript(queueSrc + acquireSrc)
+	acquireScript = newScript(withQueue(acquireSrc))
 
 	//go:embed acquire_all.lua
 	acquireAllSrc    string
-	acquireAllScript = newScript(queueSrc + acquireAllSrc)
+	acquireAllScript = newScript(withQueue(acquireAllSrc))
 
 	//go:embed confirm.lua
 	confirmSrc    string
@@ -33,16 +34,28 @@ var (
 
 	//go:embed release.lua
 	releaseSrc    string
-	releaseScript = newScript(queueSrc + releaseSrc)
+	releaseScript = newScript(withQueue(releaseSrc))
 
 	//go:embed break.lua
 	breakSrc    string
-	breakScript = newScript(queueSrc + breakSrc)
+	breakScript = newScript(withQueue(breakSrc))
 
 	//go:embed inspect.lua
 	inspectSrc    string
 	inspectScript = newScript(inspectSrc)
 )
+
+// withQueue returns src with queue.lua's functions inserted at its line
+// '--#queue'. They come after a script's common case rather than before it,
+// because defining them costs time on every call.
+func withQueue(src string) string {
+	const marker = "\n--#queue\n"
+	before, after, ok := strings.Cut(src, marker)
+	if !ok {
+		panic("redlease: script without " + marker)
+	}
+	return before + "\n" + queueSrc + after
+}
 
 // script is a redis.Script that the hot paths can also run with a command
 // they build themselves. redis.Script.Run copies the keys and arguments into

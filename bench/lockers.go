@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -168,22 +169,31 @@ type scripts struct {
 }
 
 func loadScripts(root string) (*scripts, error) {
-	read := func(names ...string) (string, error) {
-		var src string
-		for _, n := range names {
-			b, err := os.ReadFile(filepath.Join(root, n))
-			if err != nil {
-				return "", err
-			}
-			src += string(b)
-		}
-		return src, nil
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		return string(b), err
 	}
-	acq, err := read("queue.lua", "acquire.lua") // as scripts.go concatenates them
+	queue, err := read("queue.lua")
 	if err != nil {
 		return nil, err
 	}
-	rel, err := read("queue.lua", "release.lua")
+	// As scripts.go does: queue.lua goes in at the line '--#queue'.
+	withQueue := func(name string) (string, error) {
+		src, err := read(name)
+		if err != nil {
+			return "", err
+		}
+		before, after, ok := strings.Cut(src, "\n--#queue\n")
+		if !ok {
+			return "", fmt.Errorf("%s: no --#queue line", name)
+		}
+		return before + "\n" + queue + after, nil
+	}
+	acq, err := withQueue("acquire.lua")
+	if err != nil {
+		return nil, err
+	}
+	rel, err := withQueue("release.lua")
 	if err != nil {
 		return nil, err
 	}
