@@ -4,9 +4,11 @@
 -- The waiters of one resource queue in Redis, so that a release wakes exactly
 -- one of them (no stampede) and, for fair leases, so that the lease goes to
 -- waiters in arrival order:
---   <prefix>{<resource>}:queue  ZSET  member -> arrival time, server ms (the
---                                     order; arrivals in the same ms are
---                                     ordered by member)
+--   <prefix>{<resource>}:queue  ZSET  member -> arrival time, server µs (the
+--                                     order; µs, not ms, so that two waiters
+--                                     arriving within one ms keep their
+--                                     order instead of being sorted by their
+--                                     random member)
 --   <prefix>{<resource>}:alive  HASH  member -> deadline, server ms; a
 --                                     waiter that stops refreshing it is
 --                                     dropped
@@ -16,13 +18,17 @@
 -- which is the same for every client, so a refresh never shortens another
 -- waiter's life.
 
-local clock -- the server time in ms, read at most once per call
-local function now_ms()
+local clock -- the server time in µs, read at most once per call
+local function now_us()
   if not clock then
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   return clock
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
 end
 
 -- first returns the first live waiter, dropping dead ones ahead of it.
@@ -45,7 +51,7 @@ end
 -- in it (NX keeps its place), and keeps it alive for timeout ms.
 local function enqueue(queue, alive, owner, timeout)
   local now = now_ms()
-  redis.call('ZADD', queue, 'NX', now, owner)
+  redis.call('ZADD', queue, 'NX', now_us(), owner)
   redis.call('HSET', alive, owner, now + timeout)
   redis.call('PEXPIRE', queue, timeout)
   redis.call('PEXPIRE', alive, timeout)
