@@ -262,6 +262,10 @@ func escapeGlob(s string) string {
 // lease while the next holder may already run. Only a resource that checks
 // fences keeps the two apart. Use Break for a holder that is gone or stuck,
 // not to hurry one that is working.
+//
+// Each call that reaches Redis sends an EventBreak to the Client's observers
+// and to those given in opts (WithObserver, WithLogger); invalid input does
+// not.
 func (c *Client) Break(ctx context.Context, resource string, fence int64, opts ...Option) (st Status, removed bool, err error) {
 	cfg, err := c.leaseConfig([]string{resource}, opts)
 	if err != nil {
@@ -270,6 +274,21 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64, opts .
 	if fence < 0 {
 		return Status{}, false, invalidf("negative fence %d", fence)
 	}
+	start := time.Now()
+	st, removed, err = c.breakLease(ctx, cfg, resource, fence)
+	if len(cfg.observers) > 0 {
+		e := Event{Kind: EventBreak, Outcome: outcomeOf(err), Resource: resource, Owner: st.Owner, Fence: st.Fence,
+			Start: start, End: time.Now(), Err: err}
+		if err == nil && !removed {
+			e.Outcome = OutcomeLost
+		}
+		cfg.observe(ctx, e)
+	}
+	return st, removed, err
+}
+
+// breakLease runs break.lua.
+func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, fence int64) (Status, bool, error) {
 	keys := []string{cfg.key(resource, "lease"), cfg.key(resource, "fence"), cfg.key(resource, "queue"),
 		cfg.key(resource, "alive")}
 	res, err := breakScript.Run(ctx, c.rdb, keys, strconv.FormatInt(fence, 10), cfg.key(resource, "wake"),
@@ -277,7 +296,8 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64, opts .
 	if err != nil {
 		return Status{}, false, requestError("break", resource, err)
 	}
-	if st, err = parseStatus(resource, res, 5); err != nil {
+	st, err := parseStatus(resource, res, 5)
+	if err != nil {
 		return Status{}, false, err
 	}
 	return st, res[4] == int64(1), nil

@@ -1,10 +1,13 @@
 package redlease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +95,71 @@ func TestBreakOnMiniredis(t *testing.T) {
 
 	_, _, err = c.Break(ctx, "r", -1)
 	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// Break reports every call that reaches Redis to the Client's observers and
+// to those of the call, with the lease it found.
+func TestBreakReportsToObservers(t *testing.T) {
+	mr, rdb := newMini(t)
+	def, extra := &recorder{}, &recorder{}
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c := New(rdb, WithObserver(def), WithLogger(logger), WithAutoRenew(false))
+	ctx := t.Context()
+
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	def.take()
+	before := time.Now()
+	_, removed, err := c.Break(ctx, "r", l.Fence(), WithObserver(extra))
+	require.NoError(t, err)
+	require.True(t, removed)
+	for _, rec := range []*recorder{def, extra} {
+		rec.mu.Lock()
+		require.Len(t, rec.events, 1)
+		e := rec.events[0]
+		rec.mu.Unlock()
+		require.Equal(t, EventBreak, e.Kind)
+		require.Equal(t, OutcomeOK, e.Outcome)
+		require.Equal(t, "r", e.Resource)
+		require.Equal(t, l.Owner(), e.Owner)
+		require.Equal(t, l.Fence(), e.Fence)
+		require.False(t, e.Start.Before(before))
+		require.False(t, e.End.Before(e.Start))
+		require.NoError(t, e.Err)
+	}
+	require.Equal(t, []string{"break:ok"}, extra.take())
+	require.Contains(t, buf.String(), "level=WARN msg=\"redlease break\" resource=r result=ok fence=1 owner="+l.Owner()[:8])
+
+	// Nothing to remove: lost, with the lease found, if any.
+	_, removed, err = c.Break(ctx, "r", 0)
+	require.NoError(t, err)
+	require.False(t, removed)
+	m, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	_, removed, err = c.Break(ctx, "r", l.Fence())
+	require.NoError(t, err)
+	require.False(t, removed, "another holder's fence")
+	def.mu.Lock()
+	last := def.events[len(def.events)-1]
+	def.mu.Unlock()
+	require.Equal(t, m.Owner(), last.Owner)
+	require.Equal(t, m.Fence(), last.Fence)
+
+	// A Redis error: its outcome; invalid input: no event.
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	_, _, err = c.Break(ctx, "r", 0)
+	require.Error(t, err)
+	mr.SetError("")
+	def.mu.Lock()
+	last = def.events[len(def.events)-1]
+	def.mu.Unlock()
+	require.ErrorIs(t, last.Err, err)
+	require.Empty(t, last.Owner)
+	_, _, err = c.Break(ctx, "r", -1)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Equal(t, []string{"break:ok", "break:lost", "acquire:ok", "break:lost", "break:error"}, def.take())
+	require.Equal(t, 4, strings.Count(buf.String(), "level=WARN msg=\"redlease break\""), buf.String())
 }
 
 // A holder whose lease an operator broke finds out at its next renewal; the

@@ -160,6 +160,40 @@ func TestCLI(t *testing.T) {
 		require.NotContains(t, r.stderr, "goroutine")
 	})
 
+	// Redis going away while run waits is an outage (69), not contention
+	// (75): the wait runs out on unreachable Redis, not on a held lease.
+	t.Run("RedisGoneWhileWaiting", func(t *testing.T) {
+		t.Parallel()
+		for _, query := range []string{
+			"", // go-redis's defaults: the wait tends to run out inside a failing attempt
+			// Few connections, no retries: a dial fails at once, so the wait
+			// runs out between failed attempts (once taken for busy).
+			"?max_retries=-1&pool_size=2",
+		} {
+			srv := startRedis(t)
+			c := cli{bin: bin, url: "redis://" + srv.Addr + query}
+			other := New(srv.Client(t), WithAutoRenew(false), WithTTL(time.Minute))
+			_, err := other.TryAcquire(t.Context(), "gone")
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			cmd, _, errOut := c.command(ctx, "run", "-wait", "3s", "gone", "--", "true")
+			require.NoError(t, cmd.Start())
+			waitFor(t, 10*time.Second, func() bool {
+				st, err := other.Inspect(t.Context(), "gone")
+				return err == nil && st.Waiters == 1
+			})
+			srv.stop()
+			_ = other.Close(context.Background())
+			err = cmd.Wait()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit)
+			require.Equal(t, 69, exit.ExitCode(), "%q: %s", query, errOut.String())
+			require.Equal(t, 1, strings.Count(errOut.String(), "\n"), errOut.String())
+		}
+	})
+
 	// A command whose lease is broken is sent SIGTERM; one that ignores it,
 	// and everything it started, SIGKILL after the grace period.
 	t.Run("BrokenLeaseStopsCommand", func(t *testing.T) {

@@ -75,11 +75,16 @@ func reportStale(ctx context.Context, observers []Observer, start time.Time, err
 	}
 }
 
-// observersOf returns the observers among a guard's options; the guards
-// take the Client's Option type for WithObserver and WithLogger, and ignore
-// the other options.
-func observersOf(opts []Option) []Observer {
-	var c config
+// guardConfig reads a guard's options. The guards take the Client's Option
+// type for WithObserver and WithLogger and, those that keep records in
+// Redis, WithPrefix (default DefaultPrefix); they ignore the other options.
+func guardConfig(opts []Option) config {
+	c := config{prefix: DefaultPrefix}
 	c.apply(opts)
-	return c.observers
+	return c
+}
+
+// observersOf returns the observers among a guard's options.
+func observersOf(opts []Option) []Observer {
+	return guardConfig(opts).observers
 }

@@ -284,7 +284,8 @@ var admitScript = NewFencedScript("return 1")
 // against the record of the resource and records it, atomically, so no two
 // gateways admit the same fence from two owners, and none admits a fence
 // after a newer one was recorded. The record of resource R is a hash {fence,
-// owner} at "redlease:{R}:accepted", without a TTL.
+// owner} at "<prefix>{R}:accepted", without a TTL; prefix is DefaultPrefix
+// unless WithPrefix says otherwise.
 //
 // What it does not make atomic is the check with the write to the service:
 // done is a no-op and requests are not serialised. A request admitted with
@@ -298,14 +299,19 @@ var admitScript = NewFencedScript("return 1")
 // Redis: a failover or a restart without persistence can lose them, and
 // records lost let a stale holder through.
 type RedisFenceStore struct {
-	rdb redis.UniversalClient
+	rdb    redis.UniversalClient
+	prefix string
 }
 
 // NewRedisFenceStore returns a store that keeps its records through rdb: a
 // plain, Sentinel (failover) or cluster go-redis client, the leases' Redis or
-// another. A nil rdb makes Admit return ErrInvalidArgument.
-func NewRedisFenceStore(rdb redis.UniversalClient) *RedisFenceStore {
-	return &RedisFenceStore{rdb: rdb}
+// another. A nil rdb makes Admit return ErrInvalidArgument. Of the options,
+// WithPrefix applies: it sets the prefix of the records' keys (default
+// DefaultPrefix), to keep several applications' records apart on one Redis.
+// Gateways in front of one service must agree on it: each prefix is a record
+// of its own.
+func NewRedisFenceStore(rdb redis.UniversalClient, opts ...Option) *RedisFenceStore {
+	return &RedisFenceStore{rdb: rdb, prefix: guardConfig(opts).prefix}
 }
 
 // Admit implements FenceStore in one round trip. Besides a *StaleFenceError
@@ -319,7 +325,7 @@ func (s *RedisFenceStore) Admit(ctx context.Context, resource string, fence int6
 	case resource == "":
 		return nil, invalidf("empty resource name")
 	}
-	record := DefaultPrefix + "{" + resource + "}:accepted"
+	record := s.prefix + "{" + resource + "}:accepted"
 	if _, err := runFenced(ctx, s.rdb, admitScript.s, resource, record, nil, fence, owner, nil); err != nil {
 		return nil, err
 	}

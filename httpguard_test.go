@@ -368,6 +368,23 @@ func TestMemoryFenceStoreWaitsForTheTurn(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
+// WithPrefix namespaces a RedisFenceStore's records; the default stays
+// "redlease:{R}:accepted".
+func TestRedisFenceStoreRecordPrefix(t *testing.T) {
+	mr, rdb := newMini(t)
+	ctx := t.Context()
+	_, err := NewRedisFenceStore(rdb).Admit(ctx, "r", 7, "o")
+	require.NoError(t, err)
+	require.Equal(t, "7", mr.HGet("redlease:{r}:accepted", "fence"))
+
+	app1 := NewRedisFenceStore(rdb, WithPrefix("app1:"))
+	_, err = app1.Admit(ctx, "r", 3, "o")
+	require.NoError(t, err, "another prefix, another record")
+	require.Equal(t, "3", mr.HGet("app1:{r}:accepted", "fence"))
+	_, err = NewRedisFenceStore(rdb, WithPrefix("app1:")).Admit(ctx, "r", 2, "o")
+	require.ErrorIs(t, err, ErrStaleFence, "one prefix, one record")
+}
+
 func TestSetFenceHeaders(t *testing.T) {
 	_, rdb := newMini(t)
 	l, err := New(rdb).TryAcquire(t.Context(), "tenant:42:billing")

@@ -42,9 +42,15 @@ const (
 	EventRelease
 	// EventStaleFence is a write rejected by a fencing guard.
 	EventStaleFence
+	// EventBreak ends a Client.Break call, an operator's forced release.
+	// Outcome is OutcomeOK when a lease was removed, OutcomeLost when there
+	// was none to remove (no lease, or one with another fence than asked
+	// for), or the outcome of the Redis error. Owner and Fence are those of
+	// the lease Break found, removed or not.
+	EventBreak
 )
 
-var kindNames = [...]string{"", "acquire", "renew", "lost", "release", "stale_fence"}
+var kindNames = [...]string{"", "acquire", "renew", "lost", "release", "stale_fence", "break"}
 
 func (k EventKind) String() string {
 	if int(k) < len(kindNames) {
@@ -61,10 +67,10 @@ type Outcome uint8
 
 // The outcomes.
 const (
-	OutcomeOK      Outcome = iota + 1 // acquired, renewed, released
+	OutcomeOK      Outcome = iota + 1 // acquired, renewed, released, broken
 	OutcomeBusy                       // held by another owner (TryAcquire)
 	OutcomeTimeout                    // ctx or the wait limit ended first
-	OutcomeLost                       // the lease was not ours (any more)
+	OutcomeLost                       // the lease was not ours (any more); Break found none to remove
 	OutcomeExpired                    // no renewal confirmed before the local deadline
 	OutcomeMaxHold                    // the maximum hold time ran out
 	OutcomeUnknown                    // the reply was lost (ErrOutcomeUnknown)
@@ -107,10 +113,11 @@ func WithObserver(o Observer) Option {
 }
 
 // WithLogger logs the leases' events to l as structured records: acquire
-// (waited, fence), renew failures, loss (why), release (held for, result).
-// Each record has the resource, the fence and an 8-character owner prefix,
-// never a payload. Successes are logged at Debug, failures to renew at Info,
-// losses and failed releases at Warn.
+// (waited, fence), renew failures, loss (why), release (held for, result),
+// stale fences and breaks. Each record has the resource, the fence and an
+// 8-character owner prefix, never a payload. Successes are logged at Debug,
+// failures to renew at Info, losses, failed releases, stale fences and every
+// Break at Warn.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		return nil
@@ -123,7 +130,7 @@ type logObserver struct{ l *slog.Logger }
 func (o logObserver) Observe(ctx context.Context, e Event) {
 	level := slog.LevelDebug
 	switch {
-	case e.Kind == EventLost, e.Kind == EventStaleFence,
+	case e.Kind == EventLost, e.Kind == EventStaleFence, e.Kind == EventBreak,
 		e.Kind == EventRelease && e.Outcome != OutcomeOK, e.Overran:
 		level = slog.LevelWarn
 	case e.Kind == EventRenew && e.Outcome != OutcomeOK:

@@ -63,7 +63,8 @@ func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on }
 // WithPrefix sets the prefix of every key: a resource R uses the keys
 // <prefix>{R}:lease and <prefix>{R}:fence, which share a Redis Cluster hash
 // slot. Default DefaultPrefix ("redlease:"). Leases taken with different
-// prefixes do not exclude each other.
+// prefixes do not exclude each other. NewRedisGuard, NewFencedScript and
+// NewRedisFenceStore take it too, for the keys of their fence records.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithRenewInterval sets how often the watchdog renews a lease. It must be

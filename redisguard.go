@@ -24,31 +24,39 @@ var (
 	fencedDel = NewFencedScript(fencedDelSrc)
 )
 
-// fenceRecordPrefix starts the key of every fence record. It has no braces, so
-// the braces that follow it are the record's hash tag; and it cannot be
-// confused with a lease's keys, which start with the prefix and a '{'.
-const fenceRecordPrefix = "redlease:fenced:"
+// fenceRecords returns what starts the key of every fence record for a key
+// prefix (WithPrefix): "<prefix>fenced:". A prefix with a '{' is refused: the
+// braces that follow it must be the record's hash tag, or the record could
+// fall in another Redis Cluster slot than its data. And a record cannot be
+// confused with a lease's keys, which have a '{' right after the prefix.
+func fenceRecords(prefix string) (string, error) {
+	if strings.Contains(prefix, "{") {
+		return "", invalidf("key prefix %q holds a '{': a fence record's hash tag must be its data key's", prefix)
+	}
+	return prefix + "fenced:", nil
+}
 
 // fenceRecordKey returns the key that records the newest fence accepted for
-// the data key k. It is in k's Redis Cluster hash slot, so that one script may
-// use both: per the Cluster spec, a key's slot is that of its hash tag (what
-// lies between its first '{' and the first '}' after it) when the tag is not
-// empty, and else that of the whole key. The record key makes that string its
-// own tag. A key without a tag whose whole text holds a '}' cannot be a tag,
-// and the empty key has an empty one; both are refused.
+// the data key k; records is fenceRecords' result. It is in k's Redis Cluster
+// hash slot, so that one script may use both: per the Cluster spec, a key's
+// slot is that of its hash tag (what lies between its first '{' and the first
+// '}' after it) when the tag is not empty, and else that of the whole key.
+// The record key makes that string its own tag. A key without a tag whose
+// whole text holds a '}' cannot be a tag, and the empty key has an empty one;
+// both are refused.
 //
 //	"user:{42}:balance" -> "redlease:fenced:{42}:user:{42}:balance"
 //	"balance"           -> "redlease:fenced:{balance}"
-func fenceRecordKey(k string) (string, error) {
+func fenceRecordKey(records, k string) (string, error) {
 	if tag, ok := hashTag(k); ok {
 		// Different keys with one tag get different records; no untagged
 		// key's record can equal this one, as that key would hold a '}'.
-		return fenceRecordPrefix + "{" + tag + "}:" + k, nil
+		return records + "{" + tag + "}:" + k, nil
 	}
 	if k == "" || strings.Contains(k, "}") {
 		return "", invalidf("key %q has no hash tag and cannot be one; give it a tag like {id}", k)
 	}
-	return fenceRecordPrefix + "{" + k + "}", nil
+	return records + "{" + k + "}", nil
 }
 
 // hashTag returns k's hash tag per the Redis Cluster spec, and whether it has
@@ -84,14 +92,27 @@ func hashTag(k string) (string, bool) {
 // runs and, as Redis does not roll a script back, stays written if the body
 // fails: it then names a holder that tried, which never lets an older one
 // through.
+//
+// The fence record of a data key k is a hash {fence, owner} at
+// "<prefix>fenced:{<k's hash tag, or k>}…", kept as RedisGuard keeps it: a
+// FencedScript and a RedisGuard with one prefix (WithPrefix; default
+// DefaultPrefix) share a key's record.
 type FencedScript struct {
-	s *redis.Script
+	s       *redis.Script
+	records string // the start of the fence records' keys: <prefix>fenced:
+	err     error  // of the options; returned by Run
 }
 
 // NewFencedScript returns a fenced script with the given body. It does no I/O;
-// Lua syntax errors surface on the first Run.
-func NewFencedScript(body string) *FencedScript {
-	return &FencedScript{s: redis.NewScript("local function body(KEYS, ARGV, FENCE, OWNER)\n" + body + "\nend\n" + fenceCheckSrc)}
+// Lua syntax errors surface on the first Run. Of the options, WithPrefix
+// applies: it sets the prefix of the fence records' keys (default
+// DefaultPrefix), to keep several applications' records apart on one Redis.
+// It must not hold a '{' (the record's hash tag follows it); if it does,
+// every Run returns ErrInvalidArgument.
+func NewFencedScript(body string, opts ...Option) *FencedScript {
+	records, err := fenceRecords(guardConfig(opts).prefix)
+	return &FencedScript{s: redis.NewScript("local function body(KEYS, ARGV, FENCE, OWNER)\n" + body + "\nend\n" + fenceCheckSrc),
+		records: records, err: err}
 }
 
 // Run runs the script on rdb with EVALSHA, or EVAL when the server does not
@@ -105,15 +126,11 @@ func NewFencedScript(body string) *FencedScript {
 // lost after the request may have run, or the Redis error.
 func (s *FencedScript) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, fence int64, owner string, args ...any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
-	switch {
-	case s == nil || isNil(rdb):
-		cmd.SetErr(invalidf("nil FencedScript or Redis client"))
-		return cmd
-	case len(keys) == 0:
-		cmd.SetErr(invalidf("a fenced script needs its data key as keys[0]"))
+	if s == nil {
+		cmd.SetErr(invalidf("nil FencedScript"))
 		return cmd
 	}
-	v, err := runFenced(ctx, rdb, s.s, keys[0], "", keys, fence, owner, args)
+	v, err := s.run(ctx, rdb, s.records, keys, fence, owner, args)
 	if err != nil {
 		cmd.SetErr(err)
 	} else {
@@ -122,19 +139,30 @@ func (s *FencedScript) Run(ctx context.Context, rdb redis.UniversalClient, keys 
 	return cmd
 }
 
+// run is Run with the fence records' keys starting with records.
+func (s *FencedScript) run(ctx context.Context, rdb redis.UniversalClient, records string, keys []string,
+	fence int64, owner string, args []any) (any, error) {
+	switch {
+	case s.err != nil:
+		return nil, s.err
+	case isNil(rdb):
+		return nil, invalidf("nil Redis client")
+	case len(keys) == 0:
+		return nil, invalidf("a fenced script needs its data key as keys[0]")
+	}
+	record, err := fenceRecordKey(records, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	return runFenced(ctx, rdb, s.s, keys[0], record, keys, fence, owner, args)
+}
+
 // runFenced runs a fenced script and maps its reply. record is the fence
-// record's key, or "" for the one kept beside keys[0]; resource names what is
-// protected in a refusal.
+// record's key; resource names what is protected in a refusal.
 func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resource, record string,
 	keys []string, fence int64, owner string, args []any) (any, error) {
 	if err := checkLuaToken(fence, owner); err != nil {
 		return nil, err
-	}
-	if record == "" {
-		var err error
-		if record, err = fenceRecordKey(keys[0]); err != nil {
-			return nil, err
-		}
 	}
 	res, err := s.Run(ctx, rdb, append([]string{record}, keys...), append([]any{fence, owner}, args...)...).Slice()
 	if err != nil {
@@ -168,13 +196,13 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 // key (fence > newest, or fence == newest from the same owner).
 //
 // For each data key k the guard keeps a fence record, a hash {fence, owner}
-// at "redlease:fenced:{<k's hash tag, or k>}…", in k's Redis Cluster hash
-// slot. Records have no TTL and are never deleted, not even by Del: a record
-// that disappeared would let a stale holder write again. That is one small
-// hash per key ever written; delete records by hand only for keys that no
-// lease will write again. Keys that a cluster would hash whole but that hold
-// a '}' (and the empty key) cannot have a record in their slot and are
-// refused: give them a hash tag.
+// at "<prefix>fenced:{<k's hash tag, or k>}…" (prefix: DefaultPrefix, or
+// WithPrefix), in k's Redis Cluster hash slot. Records have no TTL and are
+// never deleted, not even by Del: a record that disappeared would let a stale
+// holder write again. That is one small hash per key ever written; delete
+// records by hand only for keys that no lease will write again. Keys that a
+// cluster would hash whole but that hold a '}' (and the empty key) cannot
+// have a record in their slot and are refused: give them a hash tag.
 //
 // Every write to a fenced key must go through the guard; a plain SET or DEL
 // bypasses the check. For writes other than Set and Del, use a FencedScript.
@@ -182,14 +210,24 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 type RedisGuard struct {
 	rdb       redis.UniversalClient
 	observers []Observer
+	records   string // the start of the fence records' keys: <prefix>fenced:
+	err       error  // of the options; returned by every call
 }
 
 // NewRedisGuard returns a guard that writes through rdb: a plain, Sentinel
 // (failover) or cluster go-redis client. A nil rdb makes every call return
 // ErrInvalidArgument. Of the options, WithObserver and WithLogger apply: they
-// see each refused write as an EventStaleFence.
+// see each refused write as an EventStaleFence; and WithPrefix: it sets the
+// prefix of the fence records' keys (default DefaultPrefix), to keep several
+// applications' records apart on one Redis. Guards of one key must agree on
+// the prefix: each prefix is a record of its own, and a guard does not see
+// the fences accepted under another. The prefix must not hold a '{' (the
+// record's hash tag follows it); if it does, every call returns
+// ErrInvalidArgument.
 func NewRedisGuard(rdb redis.UniversalClient, opts ...Option) *RedisGuard {
-	return &RedisGuard{rdb: rdb, observers: observersOf(opts)}
+	c := guardConfig(opts)
+	records, err := fenceRecords(c.prefix)
+	return &RedisGuard{rdb: rdb, observers: c.observers, records: records, err: err}
 }
 
 // Set sets key to value, with the TTL ttl (0 for none; else a whole number of
@@ -204,7 +242,7 @@ func (g *RedisGuard) Set(ctx context.Context, key string, value any, ttl time.Du
 		return invalidf("TTL %v is not 0 or a positive whole number of milliseconds", ttl)
 	}
 	start := time.Now()
-	err := fencedSet.Run(ctx, g.rdb, []string{key}, fence, owner, value, ttl.Milliseconds()).Err()
+	_, err := g.run(ctx, fencedSet, key, fence, owner, value, ttl.Milliseconds())
 	reportStale(ctx, g.observers, start, err)
 	return err
 }
@@ -218,7 +256,15 @@ func (g *RedisGuard) Del(ctx context.Context, key string, fence int64, owner str
 		return false, invalidf("nil RedisGuard")
 	}
 	start := time.Now()
-	n, err := fencedDel.Run(ctx, g.rdb, []string{key}, fence, owner).Int64()
+	n, err := g.run(ctx, fencedDel, key, fence, owner)
 	reportStale(ctx, g.observers, start, err)
-	return n == 1, err
+	return n == int64(1), err
+}
+
+// run runs s on key with the guard's records.
+func (g *RedisGuard) run(ctx context.Context, s *FencedScript, key string, fence int64, owner string, args ...any) (any, error) {
+	if g.err != nil {
+		return nil, g.err
+	}
+	return s.run(ctx, g.rdb, g.records, []string{key}, fence, owner, args)
 }

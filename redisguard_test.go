@@ -35,7 +35,7 @@ var recordKeyCases = []struct{ key, record string }{
 func TestFenceRecordKey(t *testing.T) {
 	seen := map[string]string{}
 	for _, c := range recordKeyCases {
-		got, err := fenceRecordKey(c.key)
+		got, err := fenceRecordKey("redlease:fenced:", c.key)
 		if c.record == "" {
 			require.ErrorIs(t, err, ErrInvalidArgument, "key %q", c.key)
 			continue
@@ -260,6 +260,38 @@ func TestRedisGuardRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 	// The same scripts run on miniredis's Lua too.
 	require.NoError(t, g.Set(t.Context(), "k", "v", time.Second, 1, "o"))
 	require.ErrorIs(t, g.Set(t.Context(), "k", "v", 0, 1, "x"), ErrStaleFence)
+}
+
+// WithPrefix namespaces the fence records of RedisGuard and FencedScript:
+// guards with one prefix share a key's record, guards with others do not.
+func TestRedisGuardRecordPrefix(t *testing.T) {
+	mr, rdb := newMini(t)
+	ctx := t.Context()
+	app1 := NewRedisGuard(rdb, WithPrefix("app1:"))
+	require.NoError(t, app1.Set(ctx, "{doc:1}:body", "v", 0, 5, "o"))
+	require.Equal(t, "5", mr.HGet("app1:fenced:{doc:1}:{doc:1}:body", "fence"))
+	require.False(t, mr.Exists("redlease:fenced:{doc:1}:{doc:1}:body"))
+
+	// One prefix, one record: a FencedScript sees the guard's fence.
+	logged := NewFencedScript(`return redis.call('RPUSH', KEYS[1], FENCE)`, WithPrefix("app1:"))
+	require.ErrorIs(t, logged.Run(ctx, rdb, []string{"{doc:1}:body"}, 4, "o").Err(), ErrStaleFence)
+	// The default prefix is another record, unchanged.
+	require.NoError(t, NewRedisGuard(rdb).Set(ctx, "{doc:1}:other", "v", 0, 1, "o"))
+	require.True(t, mr.Exists("redlease:fenced:{doc:1}:{doc:1}:other"))
+	require.NoError(t, NewFencedScript(`return 1`).Run(ctx, rdb, []string{"plain"}, 1, "o").Err())
+	require.True(t, mr.Exists("redlease:fenced:{plain}"))
+	_, err := NewRedisGuard(rdb, WithPrefix("")).Del(ctx, "plain", 1, "o")
+	require.NoError(t, err)
+	require.True(t, mr.Exists("fenced:{plain}"), "an empty prefix is a prefix")
+
+	// A '{' in the prefix would make it the record's hash tag.
+	for _, p := range []string{"app{1}:", "{"} {
+		require.ErrorIs(t, NewRedisGuard(rdb, WithPrefix(p)).Set(ctx, "k", "v", 0, 9, "o"), ErrInvalidArgument, p)
+		_, err := NewRedisGuard(rdb, WithPrefix(p)).Del(ctx, "k", 9, "o")
+		require.ErrorIs(t, err, ErrInvalidArgument, p)
+		require.ErrorIs(t, NewFencedScript(`return 1`, WithPrefix(p)).Run(ctx, rdb, []string{"k"}, 9, "o").Err(),
+			ErrInvalidArgument, p)
+	}
 }
 
 // A lost reply of a fenced write is reported as an unknown outcome: the write

@@ -28,6 +28,9 @@
 //	                                          ran past its lease
 //	redlease.releases          counter        Release calls by outcome (ok, lost, unknown, error)
 //	redlease.fence.rejections  counter        writes a fencing guard rejected (EventStaleFence)
+//	redlease.breaks            counter        operators' forced releases (Client.Break, EventBreak) by
+//	                                          outcome: ok (a lease was removed), lost (none to remove),
+//	                                          unknown, error
 //
 // # Spans
 //
@@ -107,6 +110,7 @@ type observer struct {
 	overruns   metric.Int64Counter
 	releases   metric.Int64Counter
 	rejections metric.Int64Counter
+	breaks     metric.Int64Counter
 	outcomes   []metric.MeasurementOption // by redlease.Outcome; outcome attribute plus constants
 	plain      metric.MeasurementOption   // constants only
 }
@@ -132,7 +136,7 @@ func NewObserver(opts ...Option) (redlease.Observer, error) {
 	}
 	meter := c.mp.Meter(ScopeName)
 	o := &observer{tracer: c.tp.Tracer(ScopeName), attrs: c.attrs}
-	var errs [7]error
+	var errs [8]error
 	o.acquire, errs[0] = meter.Float64Histogram("redlease.acquire.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long acquire calls took, waiting included, by outcome."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
@@ -149,6 +153,8 @@ func NewObserver(opts ...Option) (redlease.Observer, error) {
 		metric.WithDescription("Release calls by outcome."))
 	o.rejections, errs[6] = meter.Int64Counter("redlease.fence.rejections", metric.WithUnit("{write}"),
 		metric.WithDescription("Writes rejected by a fencing guard because their fence was stale."))
+	o.breaks, errs[7] = meter.Int64Counter("redlease.breaks", metric.WithUnit("{break}"),
+		metric.WithDescription("Forced releases by an operator (Client.Break) by outcome; ok removed a lease."))
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("redleaseotel: %w", err)
@@ -198,6 +204,8 @@ func (o *observer) Observe(ctx context.Context, e redlease.Event) {
 			span.AddEvent("redlease.stale_fence", trace.WithTimestamp(e.End),
 				trace.WithAttributes(ResourceKey.String(e.Resource), FenceKey.Int64(e.Fence)))
 		}
+	case redlease.EventBreak:
+		o.breaks.Add(ctx, 1, o.outcome(e.Outcome))
 	}
 }
 

@@ -265,6 +265,28 @@ func TestRedisErrorsAreErrorsAndStaleFencesAreCounted(t *testing.T) {
 	}, h.metrics("pool"))
 }
 
+func TestBreaksAreCountedByOutcome(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	l, err := h.locks.TryAcquire(ctx, "billing:7", redlease.WithAutoRenew(false))
+	require.NoError(t, err)
+	_, removed, err := h.locks.Break(ctx, "billing:7", l.Fence())
+	require.NoError(t, err)
+	require.True(t, removed)
+	_, removed, err = h.locks.Break(ctx, "billing:7", 0)
+	require.NoError(t, err)
+	require.False(t, removed)
+	h.mr.SetError("LOADING Redis is loading the dataset in memory")
+	_, _, err = h.locks.Break(ctx, "billing:7", 0)
+	require.Error(t, err)
+	h.mr.SetError("")
+
+	m := h.metrics()
+	require.Equal(t, 1.0, m["redlease.breaks{ok}"])
+	require.Equal(t, 1.0, m["redlease.breaks{lost}"])
+	require.Equal(t, 1.0, m["redlease.breaks{error}"])
+}
+
 func TestDefaultsToGlobalProviders(t *testing.T) {
 	obs, err := NewObserver(nil)
 	require.NoError(t, err)

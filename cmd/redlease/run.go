@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,8 +43,10 @@ REDLEASE_FENCE protects the target.
 
 Exit status:
   the command's own status (128+N if it was killed by signal N)
-  69   Redis unreachable or refusing; the command did not run
-  75   not acquired: the lease is held (-nowait) or -wait ran out
+  69   Redis unreachable or refusing, also when -wait ran out during an
+       outage; the command did not run
+  75   not acquired: the lease is held (-nowait), or was still held when
+       -wait ran out
   76   the lease ended while the command ran (lost, not renewed in time,
        broken by an operator, or -max-hold reached); the command was stopped
        or had already finished without the lease; its own status is on stderr
@@ -224,11 +227,31 @@ func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal, wait bool, 
 	case errors.As(err, &busy):
 		r.say("not acquired: %v", err)
 		return nil, exitBusy
-	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, redlease.ErrOutcomeUnknown):
+	case errors.Is(err, context.DeadlineExceeded) && contended(err):
 		r.say("not acquired within -wait: %v", err)
 		return nil, exitBusy
 	}
 	return nil, fail(r.stderr, "run", err)
+}
+
+// contended reports whether an acquire error means only that the lease
+// stayed held until -wait ran out. Acquire rides out an outage while it
+// waits; when the wait runs out during one, the error also carries the last
+// attempt's error ("(last attempt: ...)") or ErrOutcomeUnknown, and that is
+// Redis trouble (69), not contention (75). The last attempt's error can be
+// of any type (Sentinel and Cluster clients return plain errors), so rather
+// than list them, the error tree is walked: it must hold nothing but
+// ErrNotAcquired and the wait's deadline.
+func contended(err error) bool {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		return !slices.ContainsFunc(e.Unwrap(), func(e error) bool { return !contended(e) })
+	case interface{ Unwrap() error }:
+		return contended(e.Unwrap())
+	}
+	// Leaves are compared, not matched with errors.Is: a network timeout
+	// matches context.DeadlineExceeded too, and it is an outage.
+	return err == redlease.ErrNotAcquired || err == context.DeadlineExceeded
 }
 
 // supervise waits for the command to exit, passing signals on, and stops it
