@@ -457,10 +457,10 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	if l.relDone {
 		return l.relErr
 	}
-	start := time.Now()
 	l.mu.Lock()
 	overran := l.state != stateActive
 	if len(l.cfg.observers) > 0 {
+		start := time.Now()
 		defer func() {
 			now := time.Now()
 			l.cfg.observe(ctx, Event{Kind: EventRelease, Outcome: outcomeOf(err), Resource: l.resource,
