@@ -443,7 +443,11 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // if the lease had expired or belonged to another owner by then: a sign that
 // the TTL is too short for the work. A request error is returned as is (matching
 // ErrOutcomeUnknown when the delete may have happened); the lease may still
-// exist until its TTL, and Release may be called again to retry.
+// exist until its TTL, and Release may be called again to retry. A retry
+// that finds an earlier attempt's delete done returns nil: Redis keeps the
+// deleted lease under <prefix>{R}:released for the time it had left, until
+// the next holder's release replaces it. A retry later than that returns
+// ErrLeaseLost.
 //
 // Once a Release has reached a verdict (nil or ErrLeaseLost), later calls
 // return the same verdict without a round trip, so an explicit Release and a
