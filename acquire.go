@@ -480,7 +480,8 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		}
 		var ok bool
 		if err == nil {
-			ok, err = renewResult(confirmScript.Run(ctx, a.c.rdb, []string{l.keys.lease}, l.ownerArg, fence, l.cfg.ttlArg))
+			ok, err = isOne(confirmScript.run(ctx, a.c.rdb,
+				[]any{nil, nil, 1, &l.keys.lease, l.ownerArg, fence, l.cfg.ttlArg}, intReply))
 			if err == nil && !ok {
 				err = ErrLeaseLost
 			}
@@ -510,11 +511,9 @@ func (a *acquisition) runAcked(ctx context.Context, s *script, args []any,
 		}
 		conn = master
 	}
-	args[0], args[1] = "evalsha", s.hash
 	for loaded := false; ; loaded = true {
 		pipe := conn.Pipeline()
-		cmd := newCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
+		cmd := s.command(ctx, args, false, newCmd)
 		_ = pipe.Process(ctx, cmd)
 		wait := waitCmd(ctx, pipe, a.cfg.replicas, a.cfg.replicaTimeout)
 		_, _ = pipe.Exec(ctx)

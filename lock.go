@@ -426,9 +426,14 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	l.mu.Unlock()
-	n, err := refreshScript.run(ctx, l.c.rdb, []any{nil, nil, 1, &l.keys.lease, l.ownerArg, l.cfg.ttlArg},
-		intReply).(*redis.IntCmd).Result()
-	return l.renewed(sent, n == 1, err)
+	ok, err := isOne(refreshScript.run(ctx, l.c.rdb, l.refreshArgs(), intReply))
+	return l.renewed(sent, ok, err)
+}
+
+// refreshArgs is the refresh script's command for the lease (see
+// script.command), for Refresh and the watchdog.
+func (l *Lease) refreshArgs() []any {
+	return []any{nil, nil, 1, &l.keys.lease, l.ownerArg, l.cfg.ttlArg}
 }
 
 // Release ends the lease: it ends the lease context with cause ErrReleased,

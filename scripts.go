@@ -88,22 +88,38 @@ type scriptCmd interface {
 func intReply(ctx context.Context, args ...any) scriptCmd   { return redis.NewIntCmd(ctx, args...) }
 func sliceReply(ctx context.Context, args ...any) scriptCmd { return redis.NewCmd(ctx, args...) }
 
-// run runs the script as go-redis's Script.Run does: EVALSHA, and EVAL when
-// the server does not have the script. args are the whole command with two
-// free places first (for EVALSHA and the hash), then the number of keys, the
-// keys and the arguments; keys may be *string. newCmd makes the command that
-// reads the reply.
-func (s *script) run(ctx context.Context, p processor, args []any, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
-	args[0], args[1] = "evalsha", s.hash
+// command returns the script's command: args are the whole command with two
+// free places first, then the number of keys, the keys and the arguments
+// (keys may be *string). command fills the free places with EVALSHA and the
+// hash or, with source, with EVAL and the script itself. newCmd makes the
+// command that reads the reply.
+func (s *script) command(ctx context.Context, args []any, source bool, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
+	if source {
+		args[0], args[1] = "eval", s.src
+	} else {
+		args[0], args[1] = "evalsha", s.hash
+	}
 	cmd := newCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3) // for Cluster routing
+	return cmd
+}
+
+// run runs the script as go-redis's Script.Run does: EVALSHA, and EVAL when
+// the server does not have the script. args and newCmd are command's.
+func (s *script) run(ctx context.Context, p processor, args []any, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
+	cmd := s.command(ctx, args, false, newCmd)
 	// HasErrorPrefix allocates, even for nil: ask it only about errors.
 	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args = slices.Clone(args) // the first command keeps its own
-		args[0], args[1] = "eval", s.src
-		cmd = newCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
+		// A copy: the first command keeps its own arguments.
+		cmd = s.command(ctx, slices.Clone(args), true, newCmd)
 		_ = p.Process(ctx, cmd)
 	}
 	return cmd
+}
+
+// isOne reads an integer reply that is 1 for success: the refresh and
+// confirm scripts'.
+func isOne(cmd scriptCmd) (bool, error) {
+	n, err := cmd.(*redis.IntCmd).Result()
+	return err == nil && n == 1, err
 }

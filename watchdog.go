@@ -221,41 +221,36 @@ func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
 	defer cancel()
 
 	if len(leases) == 1 {
-		l := leases[0]
-		oks[0], errs[0] = renewResult(refreshScript.Run(ctx, w.rdb, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg))
+		oks[0], errs[0] = isOne(refreshScript.run(ctx, w.rdb, leases[0].refreshArgs(), intReply))
 		return oks, errs
 	}
-	cmds := make([]*redis.Cmd, len(leases))
+	cmds := make([]scriptCmd, len(leases))
 	pipe := w.rdb.Pipeline()
 	for i, l := range leases {
-		cmds[i] = refreshScript.EvalSha(ctx, pipe, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg)
+		cmds[i] = refreshScript.command(ctx, l.refreshArgs(), false, intReply)
+		_ = pipe.Process(ctx, cmds[i])
 	}
 	_, _ = pipe.Exec(ctx)
 	var retry []int
 	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, i)
 			continue
 		}
-		oks[i], errs[i] = renewResult(cmd)
+		oks[i], errs[i] = isOne(cmd)
 	}
 	if len(retry) > 0 { // the server lost its script cache: send the source
 		pipe := w.rdb.Pipeline()
 		for _, i := range retry {
-			l := leases[i]
-			cmds[i] = refreshScript.Eval(ctx, pipe, []string{l.keys.lease}, l.ownerArg, l.cfg.ttlArg)
+			cmds[i] = refreshScript.command(ctx, leases[i].refreshArgs(), true, intReply)
+			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, _ = pipe.Exec(ctx)
 		for _, i := range retry {
-			oks[i], errs[i] = renewResult(cmds[i])
+			oks[i], errs[i] = isOne(cmds[i])
 		}
 	}
 	return oks, errs
-}
-
-func renewResult(cmd *redis.Cmd) (bool, error) {
-	n, err := cmd.Int64()
-	return err == nil && n == 1, err
 }
 
 // renewQueue is a min-heap of leases by next renewal time.
