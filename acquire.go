@@ -481,7 +481,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		var ok bool
 		if err == nil {
 			ok, err = isOne(confirmScript.run(ctx, a.c.rdb,
-				[]any{nil, nil, 1, &l.keys.lease, l.ownerArg, fence, l.cfg.ttlArg}, intReply))
+				[]any{nil, nil, 1, &l.keys.lease, &l.owner, fence, l.cfg.ttlArg}, intReply))
 			if err == nil && !ok {
 				err = ErrLeaseLost
 			}

@@ -164,7 +164,6 @@ type Lease struct {
 	resource string
 	keys     resourceKeys
 	owner    string
-	ownerArg any // &owner, for the scripts' arguments: boxing a pointer does not allocate
 	fence    int64
 	lifetime time.Duration
 	interval time.Duration
@@ -260,7 +259,6 @@ func (c *Client) newLease(ctx context.Context, cfg *config, resource string, key
 		interval: cfg.interval(),
 		index:    -1,
 	}
-	l.ownerArg = &l.owner
 	if !c.track(l, true) {
 		return nil
 	}
@@ -433,7 +431,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // refreshArgs is the refresh script's command for the lease (see
 // script.command), for Refresh and the watchdog.
 func (l *Lease) refreshArgs() []any {
-	return []any{nil, nil, 1, &l.keys.lease, l.ownerArg, l.cfg.ttlArg}
+	return []any{nil, nil, 1, &l.keys.lease, &l.owner, l.cfg.ttlArg}
 }
 
 // Release ends the lease: it ends the lease context with cause ErrReleased,
@@ -489,7 +487,7 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	defer cancel()
 	// The acquire script took the owner out of the queue when it granted the
 	// lease: a holder is never queued.
-	deleted, err := l.c.release(rctx, &l.keys, l.ownerArg, nil)
+	deleted, err := l.c.release(rctx, &l.keys, &l.owner, nil)
 	if err != nil {
 		return requestError("release", l.resource, err)
 	}

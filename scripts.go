@@ -90,7 +90,8 @@ func sliceReply(ctx context.Context, args ...any) scriptCmd { return redis.NewCm
 
 // command returns the script's command: args are the whole command with two
 // free places first, then the number of keys, the keys and the arguments
-// (keys may be *string). command fills the free places with EVALSHA and the
+// (strings may be passed as *string, which boxes without allocating, as
+// &lease.owner does). command fills the free places with EVALSHA and the
 // hash or, with source, with EVAL and the script itself. newCmd makes the
 // command that reads the reply.
 func (s *script) command(ctx context.Context, args []any, source bool, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
