@@ -123,10 +123,9 @@ func pair(ctx context.Context, lk locker, key string) error {
 
 // parallelResult is the throughput of G goroutines, each on its own key.
 type parallelResult struct {
-	name    string
-	perSec  map[int]float64 // by goroutines: median pairs per second
-	rounds  map[int][]float64
-	failure error
+	name   string
+	perSec map[int]float64 // by goroutines: median pairs per second
+	rounds map[int][]float64
 }
 
 // parallel runs g goroutines, each taking and releasing its own key in a

@@ -259,13 +259,6 @@ func (r *report) markdown() string {
 	return b.String()
 }
 
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		b = time.Microsecond
-	}
-	return float64(a) / float64(b)
-}
-
 func signed(d time.Duration) string {
 	if d < 0 {
 		return "−" + us(-d)

@@ -212,6 +212,7 @@ func TestMetricsAndSpansOfALeaseLife(t *testing.T) {
 	l, err = h.locks.TryAcquire(ctx, "billing:9", redlease.WithAutoRenew(false), redlease.WithTTL(50*time.Millisecond))
 	require.NoError(t, err)
 	h.events.waitLost(t, "billing:9")
+	require.ErrorIs(t, context.Cause(l.Context()), redlease.ErrLeaseLost)
 	l2, err := h.locks.TryAcquire(ctx, "billing:10", redlease.WithTTL(time.Second), redlease.WithMaxHold(50*time.Millisecond))
 	require.NoError(t, err)
 	h.events.waitLost(t, "billing:10")
