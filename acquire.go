@@ -333,12 +333,17 @@ func notAcquired(resource string, err error) error {
 // release runs the release script for owner: compare-and-delete, leave the
 // queue if member (not nil) may be waiting there, wake the next waiter.
 func (c *Client) release(ctx context.Context, k *resourceKeys, owner, member any) (bool, error) {
+	n, err := releaseScript.run(ctx, c.rdb, c.releaseArgs(k, owner, member), intReply).(*redis.IntCmd).Result()
+	return n == 1, err
+}
+
+// releaseArgs is the release script's command (see script.command); member
+// is nil or "" for an owner that is not queued.
+func (c *Client) releaseArgs(k *resourceKeys, owner, member any) []any {
 	if member == nil {
 		member = ""
 	}
-	n, err := releaseScript.run(ctx, c.rdb, []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released,
-		owner, &k.wake, c.hub.shardedArg(), member}, intReply).(*redis.IntCmd).Result()
-	return n == 1, err
+	return []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released, owner, &k.wake, c.hub.shardedArg(), member}
 }
 
 // attempt runs the acquire script once.
@@ -399,36 +404,51 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 		leases = make([]*Lease, len(a.resources))
 	}
 	for i, r := range a.resources {
-		l := a.c.newLease(ctx, cfg, r, &a.names[i], a.owner, fences[i])
-		if l == nil { // Close began while the request was on its way
-			for _, started := range leases[:i] {
-				started.lapse()
-			}
-			a.leave(ctx)
-			return nil, notAcquired(r, ErrClientClosed)
-		}
+		leases[i] = a.c.newLease(ctx, cfg, r, &a.names[i], a.owner, fences[i])
+	}
+	// Each lease is complete (deadline, fence) before the Client tracks it,
+	// and from then on Close may release it.
+	for _, l := range leases {
 		if !l.start(sent) {
 			// The reply came so late that the leases could expire any moment:
 			// never hand out a lease whose local deadline has already passed.
-			for _, started := range leases[:i] {
-				started.lapse()
-			}
-			a.leave(ctx)
-			return nil, fmt.Errorf("%w: %q: the reply arrived after the lease's local deadline", ErrNotAcquired, r)
+			return nil, a.giveBack(ctx, leases, fmt.Errorf("%w: %q: the reply arrived after the lease's local deadline", ErrNotAcquired, l.resource))
 		}
-		leases[i] = l
 	}
 	if cfg.fences != nil {
 		if err := a.drawFences(ctx, leases); err != nil {
-			return nil, err
+			return nil, a.giveBack(ctx, leases, err)
 		}
+	}
+	if !a.c.trackAll(leases) { // Close began while the request was on its way
+		return nil, a.giveBack(ctx, leases, notAcquired(a.resources[0], ErrClientClosed))
 	}
 	for _, l := range leases {
 		if next := sent.Add(l.interval); cfg.autoRenew && l.renewsUntil(next) {
 			a.c.wd.schedule(l, next)
 		}
 	}
+	// Close, or the local deadline during a slow fence source, may have ended
+	// a lease already: hand out none that has.
+	for _, l := range leases {
+		if err := context.Cause(l.ctx); err != nil {
+			if a.c.closed.Load() {
+				err = ErrClientClosed
+			}
+			return nil, a.giveBack(ctx, leases, notAcquired(l.resource, err))
+		}
+	}
 	return leases, nil
+}
+
+// giveBack ends leases that the acquire call will not hand out, releases
+// them in Redis by owner token, and returns err.
+func (a *acquisition) giveBack(ctx context.Context, leases []*Lease, err error) error {
+	for _, l := range leases {
+		l.discard(err)
+	}
+	a.leave(ctx)
+	return err
 }
 
 // decode reads an acquire script's reply (see acquire.lua and
@@ -470,8 +490,8 @@ func (a *acquisition) busy(i int, pttl int64, first bool) *BusyError {
 }
 
 // drawFences gives each new lease a fence from the configured source, and
-// records it in the lease while the lease is still ours. On failure it gives
-// every lease up.
+// records it in the lease in Redis while the lease is still ours; that also
+// renews the lease, whose local deadline moves on as a renewal's would.
 func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 	for _, l := range leases {
 		fence, err := a.cfg.fences.NextFence(ctx, l.resource)
@@ -479,6 +499,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 			err = fmt.Errorf("fence source returned %d", fence)
 		}
 		var ok bool
+		sent := time.Now()
 		if err == nil {
 			ok, err = isOne(confirmScript.run(ctx, a.c.rdb,
 				[]any{nil, nil, 1, &l.keys.lease, &l.owner, fence, l.cfg.ttlArg}, intReply))
@@ -487,13 +508,14 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 			}
 		}
 		if err != nil {
-			for _, l := range leases {
-				l.lapse()
-			}
-			a.leave(ctx)
 			return fmt.Errorf("%w: %q: drawing its fence: %w", ErrNotAcquired, l.resource, err)
 		}
+		l.mu.Lock() // the deadline timer's observers read the fence
 		l.fence = fence
+		if l.state == stateActive {
+			l.extendLocked(sent)
+		}
+		l.mu.Unlock()
 	}
 	return nil
 }

@@ -65,12 +65,18 @@ func isNil(v any) bool {
 	return false
 }
 
-// Close releases every lease of the Client that is still active, as Release
-// does (bounded by ctx and each lease's release timeout), ends the Client's
-// background goroutines (the watchdog and the wake-up subscriptions) and
-// waits for them. Acquire calls still waiting return ErrClientClosed, and so
-// does every acquire call after Close. It returns the errors of the
-// releases, joined. Close does not close the Redis client.
+// Close releases every lease of the Client that Redis may still hold (the
+// active ones, and those whose context ended at the local deadline less than
+// a TTL ago), as Release does but in pipelines, bounded by ctx and by the
+// leases' release timeout; it ends the Client's background goroutines (the
+// watchdog and the wake-up subscriptions) and waits for them. Acquire calls
+// still waiting return ErrClientClosed, and so does every call after Close.
+// It returns the errors of the releases, joined (the first ten, and how many
+// more). Close does not close the Redis client.
+//
+// A deadline bounds a request that is already on the network only if the
+// go-redis client was created with ContextTimeoutEnabled; otherwise its
+// ReadTimeout and WriteTimeout do.
 func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.err != nil {
 		return nil
@@ -83,29 +89,77 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	var errs []error
-	for _, l := range leases {
-		errs = append(errs, l.Release(ctx))
+	for from := 0; from < len(leases); from += maxBatch {
+		errs = append(errs, c.releaseBatch(ctx, leases[from:min(from+maxBatch, len(leases))])...)
 	}
 	c.hub.close()
 	c.wd.goroutines.Wait()
+	const most = 10
+	if len(errs) > most {
+		errs = append(errs[:most], fmt.Errorf("redlease: %d more leases not released", len(errs)-most))
+	}
 	return errors.Join(errs...)
 }
 
-// track adds or removes an active lease. Adding fails once Close has begun:
-// under the same lock as Close's list of leases to release, so a lease is
-// either released by Close or never handed out.
-func (c *Client) track(l *Lease, active bool) bool {
+// releaseBatch releases leases as Release does, in one pipeline, bounded by
+// ctx (Close's, not detached) and by the longest release timeout among them.
+func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
+	var (
+		start   = time.Now()
+		send    []*Lease
+		args    [][]any
+		timeout time.Duration
+		errs    []error
+	)
+	for _, l := range leases {
+		l.relMu.Lock()
+		defer l.relMu.Unlock()
+		switch {
+		case l.relDone: // a Release of the caller's came first
+		case !l.beginRelease():
+			l.reportRelease(ctx, start, l.relErr)
+			errs = append(errs, l.relErr)
+		default:
+			send, args = append(send, l), append(args, c.releaseArgs(&l.keys, &l.owner, ""))
+			timeout = max(timeout, l.cfg.releaseTimeout)
+		}
+	}
+	if len(send) == 0 {
+		return errs
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for i, cmd := range releaseScript.runAll(rctx, c.rdb, args, intReply) {
+		n, err := cmd.(*redis.IntCmd).Result()
+		if err := send[i].endRelease(ctx, start, n == 1, err); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// trackAll adds the leases of one acquire call to the set that Close
+// releases, all or none: none once Close has begun, under the same lock as
+// Close's list, so that a lease is either released by Close or never handed
+// out.
+func (c *Client) trackAll(leases []*Lease) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !active {
-		delete(c.leases, l)
-		return true
-	}
 	if c.closed.Load() {
 		return false
 	}
-	c.leases[l] = struct{}{}
+	for _, l := range leases {
+		c.leases[l] = struct{}{}
+	}
 	return true
+}
+
+// untrack removes a lease that Close need not release: released, lost, or
+// past the time Redis could still hold it.
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, l)
 }
 
 // leaseConfig merges the Client's defaults with opts and validates them and
@@ -127,6 +181,11 @@ func (c *Client) leaseConfig(resources []string, opts []Option) (*config, error)
 	for i, r := range resources {
 		if r == "" {
 			return nil, invalidf("empty resource name")
+		}
+		if r[0] == '}' {
+			// <prefix>{}...: an empty hash tag, so that on Redis Cluster the
+			// resource's keys would fall in different slots.
+			return nil, invalidf("resource name %q begins with '}'", r)
 		}
 		if slices.Contains(resources[:i], r) {
 			return nil, invalidf("resource %q named twice", r)
@@ -150,10 +209,11 @@ func (c *Client) leaseConfig(resources []string, opts []Option) (*config, error)
 type leaseState uint8
 
 const (
-	stateActive   leaseState = iota
-	stateLost                // Redis said the lease is not ours
-	stateLapsed              // no renewal confirmed before the local deadline, or max hold reached
-	stateReleased            // Release was called
+	stateActive    leaseState = iota
+	stateLost                 // Redis said the lease is not ours
+	stateLapsed               // no renewal confirmed before the local deadline, or max hold reached
+	stateReleased             // Release was called
+	stateDiscarded            // never handed out: its acquire call gave it back
 )
 
 // Lease is a lease held on one resource. Its methods are safe for concurrent
@@ -182,9 +242,11 @@ type Lease struct {
 	index   int  // in the watchdog's queue; -1 when not queued
 	ended   bool // never queue again
 
-	relMu   sync.Mutex // serialises Release
-	relDone bool       // a Release reached a verdict
-	relErr  error      // that verdict
+	relMu    sync.Mutex // serialises Release
+	relBegun bool       // Release was called
+	overran  bool       // the lease had ended before the first Release call
+	relDone  bool       // a Release reached a verdict
+	relErr   error      // that verdict
 }
 
 // Resource returns the resource name the lease was taken on.
@@ -245,8 +307,9 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
-// newLease returns an active lease whose acquire request was just answered,
-// or nil if the Client was closed meanwhile.
+// newLease returns an active lease whose acquire request was just answered.
+// Nobody else sees it until its acquire call has completed it (start, and
+// its fence) and tracked it.
 func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys *resourceKeys, owner string, fence int64) *Lease {
 	l := &Lease{
 		c:        c,
@@ -258,9 +321,6 @@ func (c *Client) newLease(ctx context.Context, cfg *config, resource string, key
 		lifetime: cfg.lifetime(),
 		interval: cfg.interval(),
 		index:    -1,
-	}
-	if !c.track(l, true) {
-		return nil
 	}
 	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
 	return l
@@ -274,11 +334,17 @@ func detach(ctx context.Context) context.Context {
 	return context.WithoutCancel(ctx)
 }
 
-// lapse ends the lease locally, as if its local deadline had passed.
-func (l *Lease) lapse() {
+// discard ends a lease that its acquire call does not hand out, without
+// telling the observers of a loss: the caller never had it.
+func (l *Lease) discard(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.endLocked(stateLapsed, l.lapseCause())
+	if l.state == stateLapsed { // while the acquire call was drawing its fence
+		l.timer.Stop()
+		l.c.untrack(l)
+		return
+	}
+	l.endLocked(stateDiscarded, cause)
 }
 
 // start sets the first local deadline from the send time of the acquire
@@ -293,25 +359,29 @@ func (l *Lease) start(sent time.Time) bool {
 	l.deadline = l.capLocked(sent.Add(l.lifetime))
 	left := time.Until(l.deadline)
 	if left <= 0 {
-		l.endLocked(stateLapsed, l.lapseCause())
 		return false
 	}
 	l.timer = time.AfterFunc(left, l.onDeadline)
 	return true
 }
 
-// onDeadline runs when the local deadline timer fires.
+// onDeadline runs when the local deadline timer fires, and once more a TTL
+// after the lease lapsed.
 func (l *Lease) onDeadline() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != stateActive {
-		return
+	switch l.state {
+	case stateActive:
+		if left := time.Until(l.deadline); left > 0 { // extended while this call waited for mu
+			l.timer.Reset(left)
+			return
+		}
+		l.endLocked(stateLapsed, l.lapseCause())
+	case stateLapsed:
+		// Every renewal was sent before the lapse, so Redis has let the
+		// lease expire by now: there is nothing left for Close to release.
+		l.c.untrack(l)
 	}
-	if left := time.Until(l.deadline); left > 0 { // extended while this call waited for mu
-		l.timer.Reset(left)
-		return
-	}
-	l.endLocked(stateLapsed, l.lapseCause())
 }
 
 // capLocked limits a deadline to the maximum hold.
@@ -341,13 +411,20 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 		return
 	}
 	l.state = s
-	if l.timer != nil {
-		l.timer.Stop()
-	}
 	l.cancel(cause)
 	l.c.wd.unschedule(l)
-	l.c.track(l, false)
-	if s != stateReleased && len(l.cfg.observers) > 0 {
+	if s == stateLapsed && l.timer != nil {
+		// Ended locally, but Redis may hold the lease for up to a TTL more:
+		// until then Close still releases it, so that a process that shuts
+		// down does not leave the resource blocked.
+		l.timer.Reset(l.cfg.ttl)
+	} else {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.c.untrack(l)
+	}
+	if (s == stateLost || s == stateLapsed) && len(l.cfg.observers) > 0 {
 		now := time.Now()
 		outcome := OutcomeLost
 		if s == stateLapsed {
@@ -358,6 +435,15 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 		}
 		l.cfg.observe(l.ctx, Event{Kind: EventLost, Outcome: outcome, Resource: l.resource, Owner: l.owner,
 			Fence: l.fence, Start: now, End: now, Held: now.Sub(l.acquired), Err: cause})
+	}
+}
+
+// extendLocked moves the local deadline to a renewal's send time plus the
+// local lifetime, if that is later.
+func (l *Lease) extendLocked(sent time.Time) {
+	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(time.Until(d)) // fires at once if d already passed
 	}
 }
 
@@ -397,10 +483,7 @@ func (l *Lease) renewed(sent time.Time, ok bool, err error) (rerr error) {
 		l.endLocked(stateLost, fmt.Errorf("%w: %q expired or was taken by another owner", ErrLeaseLost, l.resource))
 		return l.errorLocked()
 	}
-	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
-		l.deadline = d
-		l.timer.Reset(time.Until(d)) // fires at once if d already passed
-	}
+	l.extendLocked(sent)
 	return nil
 }
 
@@ -455,7 +538,7 @@ func (l *Lease) refreshArgs() []any {
 // Once a Release has reached a verdict (nil or ErrLeaseLost), later calls
 // return the same verdict without a round trip, so an explicit Release and a
 // deferred one can both be written.
-func (l *Lease) Release(ctx context.Context) (err error) {
+func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
 	}
@@ -464,36 +547,64 @@ func (l *Lease) Release(ctx context.Context) (err error) {
 	if l.relDone {
 		return l.relErr
 	}
-	l.mu.Lock()
-	overran := l.state != stateActive
+	var start time.Time // for the observers only
 	if len(l.cfg.observers) > 0 {
-		start := time.Now()
-		defer func() {
-			now := time.Now()
-			l.cfg.observe(ctx, Event{Kind: EventRelease, Outcome: outcomeOf(err), Resource: l.resource,
-				Owner: l.owner, Fence: l.fence, Start: start, End: now, Held: now.Sub(l.acquired),
-				Overran: overran, Err: err})
-		}()
+		start = time.Now()
 	}
-	if l.state == stateLost { // Redis already said it is not ours
-		l.relDone, l.relErr = true, l.errorLocked()
-		l.mu.Unlock()
+	if !l.beginRelease() {
+		l.reportRelease(ctx, start, l.relErr)
 		return l.relErr
 	}
-	l.endLocked(stateReleased, ErrReleased)
-	l.mu.Unlock()
-
 	rctx, cancel := context.WithTimeout(detach(ctx), l.cfg.releaseTimeout)
 	defer cancel()
 	// The acquire script took the owner out of the queue when it granted the
 	// lease: a holder is never queued.
 	deleted, err := l.c.release(rctx, &l.keys, &l.owner, nil)
+	return l.endRelease(ctx, start, deleted, err)
+}
+
+// beginRelease ends the lease locally for a Release (l.relMu held). It
+// reports whether Redis is still to be asked; if not, relErr is the verdict.
+func (l *Lease) beginRelease() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.relBegun {
+		l.relBegun, l.overran = true, l.state != stateActive
+	}
+	switch l.state {
+	case stateLost: // Redis already said it is not ours
+		l.relDone, l.relErr = true, l.errorLocked()
+		return false
+	case stateLapsed: // Close need not release it any more
+		l.timer.Stop()
+		l.c.untrack(l)
+	}
+	l.endLocked(stateReleased, ErrReleased)
+	return true
+}
+
+// endRelease records the outcome of a release request (l.relMu held) and
+// reports it to the observers.
+func (l *Lease) endRelease(ctx context.Context, start time.Time, deleted bool, err error) error {
 	if err != nil {
-		return requestError("release", l.resource, err)
+		err = requestError("release", l.resource, err)
+	} else {
+		l.relDone = true
+		if !deleted {
+			l.relErr = fmt.Errorf("%w: %q had expired or was taken by another owner before release", ErrLeaseLost, l.resource)
+		}
+		err = l.relErr
 	}
-	l.relDone = true
-	if !deleted {
-		l.relErr = fmt.Errorf("%w: %q had expired or was taken by another owner before release", ErrLeaseLost, l.resource)
+	l.reportRelease(ctx, start, err)
+	return err
+}
+
+func (l *Lease) reportRelease(ctx context.Context, start time.Time, err error) {
+	if len(l.cfg.observers) == 0 {
+		return
 	}
-	return l.relErr
+	now := time.Now()
+	l.cfg.observe(ctx, Event{Kind: EventRelease, Outcome: outcomeOf(err), Resource: l.resource,
+		Owner: l.owner, Fence: l.fence, Start: start, End: now, Held: now.Sub(l.acquired),
+		Overran: l.overran, Err: err})
 }

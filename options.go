@@ -1,6 +1,7 @@
 package redlease
 
 import (
+	"strings"
 	"time"
 )
 
@@ -62,8 +63,9 @@ func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on }
 
 // WithPrefix sets the prefix of every key: a resource R uses the keys
 // <prefix>{R}:lease and <prefix>{R}:fence, which share a Redis Cluster hash
-// slot. Default DefaultPrefix ("redlease:"). Leases taken with different
-// prefixes do not exclude each other. NewRedisGuard, NewFencedScript and
+// slot; so the prefix may not contain a brace, nor R begin with '}'.
+// Default DefaultPrefix ("redlease:"). Leases taken with different prefixes
+// do not exclude each other. NewRedisGuard, NewFencedScript and
 // NewRedisFenceStore take it too, for the keys of their fence records.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
@@ -86,7 +88,9 @@ func WithSafetyMargin(d time.Duration) Option {
 // WithReleaseTimeout bounds each Release call. Release ignores the
 // cancellation of the context it is given (it is often the lease's own,
 // already ended context) and uses this timeout instead. Default
-// DefaultReleaseTimeout (5 s).
+// DefaultReleaseTimeout (5 s). Like every deadline, it bounds a request
+// already on the network only if the go-redis client has
+// ContextTimeoutEnabled.
 func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
 
 // WithMaxWait bounds how long Acquire waits for a busy lease; then it
@@ -171,6 +175,9 @@ func (c *config) interval() time.Duration {
 func (c *config) validate() error {
 	c.ttlArg = c.ttl.Milliseconds()
 	switch {
+	case strings.ContainsAny(c.prefix, "{}"):
+		// The braces around the resource name must be the keys' hash tag.
+		return invalidf("key prefix %q contains a brace", c.prefix)
 	case c.ttl < time.Millisecond:
 		return invalidf("TTL %v is below 1ms", c.ttl)
 	case c.ttl%time.Millisecond != 0:

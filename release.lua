@@ -35,7 +35,13 @@ if cur and string.sub(cur, 1, #mine) == mine then
 else
   local last = redis.call('GET', KEYS[4])
   if last and string.sub(last, 1, #mine) == mine then
-    return 1
+    -- An earlier call deleted it, and woke the next waiter then. The owner
+    -- may have queued again since (an acquire that gave a lease back and
+    -- retried with the same token): it still leaves the queue below.
+    if member == '' then
+      return 1
+    end
+    deleted = 2
   end
 end
 
@@ -51,4 +57,4 @@ end
 if deleted == 1 or (left == 1 and not cur) then
   wake(KEYS[2], KEYS[3], ARGV[2], ARGV[3])
 end
-return deleted
+return math.min(deleted, 1)

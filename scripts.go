@@ -118,6 +118,46 @@ func (s *script) run(ctx context.Context, p processor, args []any, newCmd func(c
 	return cmd
 }
 
+// runAll runs the script once per argument list (command's args), in
+// pipelines of at most maxBatch commands, each sent as EVALSHA and sent again
+// as EVAL to a server that does not have the script. On Redis Cluster,
+// go-redis splits each pipeline by node. The commands' errors are their own;
+// every command gets an answer or an error.
+func (s *script) runAll(ctx context.Context, rdb redis.UniversalClient, args [][]any,
+	newCmd func(context.Context, ...any) scriptCmd) []scriptCmd {
+	cmds := make([]scriptCmd, len(args))
+	if len(args) == 1 {
+		cmds[0] = s.run(ctx, rdb, args[0], newCmd)
+		return cmds
+	}
+	for from := 0; from < len(args); from += maxBatch {
+		batch := cmds[from:min(from+maxBatch, len(args))]
+		pipe := rdb.Pipeline()
+		for i := range batch {
+			batch[i] = s.command(ctx, args[from+i], false, newCmd)
+			_ = pipe.Process(ctx, batch[i])
+		}
+		_, _ = pipe.Exec(ctx)
+		var retry []int
+		for i, cmd := range batch {
+			if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				retry = append(retry, i)
+			}
+		}
+		if len(retry) == 0 {
+			continue
+		}
+		// The server lost its script cache: send the source.
+		pipe = rdb.Pipeline()
+		for _, i := range retry {
+			batch[i] = s.command(ctx, slices.Clone(args[from+i]), true, newCmd)
+			_ = pipe.Process(ctx, batch[i])
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	return cmds
+}
+
 // isOne reads an integer reply that is 1 for success: the refresh and
 // confirm scripts'.
 func isOne(cmd scriptCmd) (bool, error) {

@@ -209,46 +209,23 @@ func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
 	if len(leases) == 0 {
 		return oks, errs
 	}
-	// A renewal is worth waiting for only until the last local deadline in
-	// the batch; go-redis's own timeouts may end it sooner.
-	var last time.Time
-	for _, l := range leases {
-		if d := l.Deadline(); d.After(last) {
-			last = d
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), last)
-	defer cancel()
-
-	if len(leases) == 1 {
-		oks[0], errs[0] = isOne(refreshScript.run(ctx, w.rdb, leases[0].refreshArgs(), intReply))
-		return oks, errs
-	}
-	cmds := make([]scriptCmd, len(leases))
-	pipe := w.rdb.Pipeline()
+	// A renewal is worth sending only while every lease in the batch is
+	// still alive locally: go-redis retries a failed request only while ctx
+	// allows, so a retry never renews in Redis a lease whose holder has
+	// already been told it is lost (S4). go-redis's own timeouts may end it
+	// sooner.
+	first := leases[0].Deadline()
+	args := make([][]any, len(leases))
 	for i, l := range leases {
-		cmds[i] = refreshScript.command(ctx, l.refreshArgs(), false, intReply)
-		_ = pipe.Process(ctx, cmds[i])
-	}
-	_, _ = pipe.Exec(ctx)
-	var retry []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			retry = append(retry, i)
-			continue
+		if d := l.Deadline(); d.Before(first) {
+			first = d
 		}
+		args[i] = l.refreshArgs()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), first)
+	defer cancel()
+	for i, cmd := range refreshScript.runAll(ctx, w.rdb, args, intReply) {
 		oks[i], errs[i] = isOne(cmd)
-	}
-	if len(retry) > 0 { // the server lost its script cache: send the source
-		pipe := w.rdb.Pipeline()
-		for _, i := range retry {
-			cmds[i] = refreshScript.command(ctx, leases[i].refreshArgs(), true, intReply)
-			_ = pipe.Process(ctx, cmds[i])
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, i := range retry {
-			oks[i], errs[i] = isOne(cmds[i])
-		}
 	}
 	return oks, errs
 }

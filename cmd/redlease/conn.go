@@ -128,6 +128,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
+		opt.ContextTimeoutEnabled = true // so that -wait and the release timeout bound requests
 		return redis.NewClient(opt), nil
 	case "cluster":
 		u, err := multiHostURL(raw, base)
@@ -138,6 +139,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, err
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), nil
 	case "sentinel":
 		u, err := multiHostURL(raw, base)
@@ -151,6 +153,7 @@ func newRedis(raw string) (redis.UniversalClient, error) {
 		if opt.MasterName == "" {
 			return nil, errors.New("redis+sentinel:// needs ?master_name=NAME")
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opt), nil
 	}
 	return nil, fmt.Errorf("unknown scheme %q", scheme)

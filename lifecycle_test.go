@@ -1,0 +1,296 @@
+package redlease
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// The lease lifecycle at its edges: Close racing an acquire, Close of leases
+// that ended locally, Close and Release against an unresponsive Redis, and
+// what observers are told. (Found in a review; each test failed before its
+// fix.)
+
+func (c *Client) tracked() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.leases)
+}
+
+// Close releases every lease in pipelines, so that it is bounded by its ctx
+// and not by the number of leases times the release timeout.
+func TestCloseIsBoundedByItsContext(t *testing.T) {
+	mr, _ := newMini(t)
+	p := startProxy(t, mr.Addr())
+	// ContextTimeoutEnabled: go-redis bounds a request already on the
+	// network by ctx only then (see Close).
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb, WithTTL(10*time.Second), WithReleaseTimeout(2*time.Second))
+	ctx := context.Background()
+	var leases []*Lease
+	for i := range 8 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("r%d", i))
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	p.Blackhole()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.Close(cctx)
+	took := time.Since(start)
+	p.Heal()
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.Less(t, took, 2*time.Second, "8 leases × a 2 s release timeout, one by one, would take 16 s")
+	for _, l := range leases {
+		require.ErrorIs(t, context.Cause(l.Context()), ErrReleased, "Close ends every lease, released in Redis or not")
+	}
+	// The releases that did not get through can be retried.
+	for _, l := range leases {
+		require.NoError(t, l.Release(ctx))
+	}
+	for i := range 8 {
+		require.False(t, mr.Exists(fmt.Sprintf("redlease:{r%d}:lease", i)))
+	}
+}
+
+// With ContextTimeoutEnabled, the release timeout bounds a Release to an
+// unresponsive Redis.
+func TestReleaseTimeoutBoundsTheRequest(t *testing.T) {
+	mr, _ := newMini(t)
+	p := startProxy(t, mr.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb, WithTTL(10*time.Second), WithReleaseTimeout(200*time.Millisecond))
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	p.Blackhole()
+	start := time.Now()
+	err = l.Release(ctx)
+	took := time.Since(start)
+	p.Heal()
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.Less(t, took, 2*time.Second, "go-redis's own timeouts (3 s read, retried) were not what bounded it")
+	require.NoError(t, l.Release(ctx), "a Release that got no answer can be retried")
+	require.NoError(t, c.Close(ctx))
+}
+
+// A lease whose context ended at its local deadline may still be held in
+// Redis for up to a TTL: Close releases it, and a Client that outlives it
+// forgets it once Redis surely has.
+func TestCloseReleasesALapsedLease(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(10*time.Second))
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "r", WithMaxHold(100*time.Millisecond))
+	require.NoError(t, err)
+	waitDone(t, l.Context(), 5*time.Second)
+	require.ErrorIs(t, context.Cause(l.Context()), ErrMaxHold)
+	require.True(t, mr.Exists("redlease:{r}:lease"), "Redis still holds it")
+	require.Equal(t, 1, c.tracked())
+	require.NoError(t, c.Close(ctx))
+	require.False(t, mr.Exists("redlease:{r}:lease"), "Close released it")
+	require.Zero(t, c.tracked())
+	require.NoError(t, l.Release(ctx), "Release after Close returns Close's verdict")
+
+	// Not released: forgotten a TTL after the lapse.
+	c2 := New(rdb, WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	defer c2.Close(ctx)
+	l2, err := c2.TryAcquire(ctx, "r2")
+	require.NoError(t, err)
+	waitDone(t, l2.Context(), 5*time.Second)
+	require.Equal(t, 1, c2.tracked())
+	waitFor(t, 5*time.Second, func() bool { return c2.tracked() == 0 })
+
+	// Released by its holder: forgotten at once.
+	l3, err := c2.TryAcquire(ctx, "r3")
+	require.NoError(t, err)
+	waitDone(t, l3.Context(), 5*time.Second)
+	require.NoError(t, l3.Release(ctx))
+	require.Zero(t, c2.tracked())
+}
+
+// Close may begin while an acquire's reply is being turned into a lease:
+// Close never sees a lease that is not complete, and the acquire never
+// hands out a lease that Close has ended.
+func TestCloseRacingAnAcquireNeverSeesAnIncompleteLease(t *testing.T) {
+	for range 20 {
+		_, rdb := newMini(t)
+		c := New(rdb, WithTTL(10*time.Second))
+		// The context is slow to answer Done once the reply is in: that is
+		// where the lease used to be visible to Close without its context.
+		ctx := &slowDoneCtx{Context: context.Background(), done: make(chan struct{})}
+		rdb.AddHook(&afterScriptHook{after: func() { ctx.slow.Store(true) }})
+		acquired := make(chan error, 1)
+		go func() {
+			l, err := c.TryAcquire(ctx, "r")
+			if err == nil && l.Context().Err() != nil {
+				err = fmt.Errorf("handed out a lease that had ended: %w", context.Cause(l.Context()))
+			}
+			acquired <- err
+		}()
+		waitFor(t, 5*time.Second, ctx.inDone.Load)
+		require.NoError(t, c.Close(context.Background())) // used to panic on a nil cancel func
+		err := <-acquired
+		if err != nil {
+			require.ErrorIs(t, err, ErrClientClosed)
+		}
+		require.Zero(t, c.tracked())
+		other := New(rdb)
+		l, err := other.TryAcquire(context.Background(), "r")
+		require.NoError(t, err, "a lease that Close or the acquire gave back is free")
+		require.NoError(t, l.Release(context.Background()))
+	}
+}
+
+type slowDoneCtx struct {
+	context.Context
+	done   chan struct{}
+	slow   atomic.Bool
+	inDone atomic.Bool
+}
+
+func (c *slowDoneCtx) Done() <-chan struct{} {
+	if c.slow.CompareAndSwap(true, false) {
+		c.inDone.Store(true)
+		time.Sleep(100 * time.Millisecond)
+	}
+	return c.done
+}
+
+// afterScriptHook calls after once a script's reply is in.
+type afterScriptHook struct{ after func() }
+
+func (h *afterScriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *afterScriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			h.after()
+		}
+		return err
+	}
+}
+func (h *afterScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// An acquire that took a lease, gave it back (here: too few replicas
+// acknowledged it) and queued again with the same owner token leaves the
+// queue when it gives up: the release script used to stop at "this owner's
+// lease was already released", before the queue.
+func TestGivingUpLeavesTheQueueAfterAnEarlierGiveBack(t *testing.T) {
+	s := startRedis(t)
+	ctx := context.Background()
+	a := New(s.Client(t), WithTTL(10*time.Second))
+	defer a.Close(ctx)
+	b := New(s.Client(t), WithTTL(10*time.Second))
+	defer b.Close(ctx)
+	done := make(chan error, 1)
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	go func() {
+		// No replica: every attempt takes the lease and gives it back.
+		_, err := a.Acquire(actx, "r", WithReplicaAck(1, 20*time.Millisecond))
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, func() bool { n, _ := b.LastFence(ctx, "r"); return n >= 2 })
+	var held *Lease
+	waitFor(t, 5*time.Second, func() bool {
+		l, err := b.TryAcquire(ctx, "r")
+		held = l
+		return err == nil
+	})
+	require.ErrorIs(t, <-done, ErrNotAcquired)
+	st, err := b.Inspect(ctx, "r")
+	require.NoError(t, err)
+	require.Zero(t, st.Waiters, "the waiter that gave up is still queued")
+	require.NoError(t, held.Release(ctx))
+
+	// A fair acquire of the free resource does not wait for a dead waiter.
+	c := New(s.Client(t))
+	defer c.Close(ctx)
+	l, err := c.TryAcquire(ctx, "r", WithFair(true))
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
+
+// The observers hear of a loss only for a lease that was handed out, and a
+// retried Release is not an overrun.
+func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {
+	_, rdb := newMini(t)
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	var lost, overran, released atomic.Int32
+	obs := ObserverFunc(func(_ context.Context, e Event) {
+		switch {
+		case e.Kind == EventLost:
+			lost.Add(1)
+		case e.Kind == EventRelease && e.Overran:
+			overran.Add(1)
+		case e.Kind == EventRelease:
+			released.Add(1)
+		}
+	})
+	c := New(rdb, WithObserver(obs))
+	ctx := context.Background()
+	defer c.Close(ctx)
+
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	hook.loseReplies.Store(1)
+	require.ErrorIs(t, l.Release(ctx), ErrOutcomeUnknown)
+	require.NoError(t, l.Release(ctx))
+	require.Zero(t, overran.Load(), "the lease was active when Release was first called")
+	require.EqualValues(t, 2, released.Load())
+
+	// A lease the acquire call gave back (its fence source failed) was never
+	// the caller's to lose.
+	_, err = c.TryAcquire(ctx, "s", WithFenceSource(&counterFences{before: func() error { return fmt.Errorf("down") }}))
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Zero(t, lost.Load())
+}
+
+// A fence source slower than the lease's lifetime: the lease is not handed
+// out, and is given back.
+func TestSlowFenceSourceHandsOutNoEndedLease(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(200*time.Millisecond), WithAutoRenew(false))
+	ctx := context.Background()
+	defer c.Close(ctx)
+	slow := &counterFences{before: func() error {
+		time.Sleep(400 * time.Millisecond) // past the local deadline
+		return nil
+	}}
+	_, err := c.TryAcquire(ctx, "r", WithFenceSource(slow))
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.False(t, mr.Exists("redlease:{r}:lease"))
+	require.Zero(t, c.tracked())
+
+	// A source that answers in time extends the lease as a renewal would.
+	fast := &counterFences{before: func() error { time.Sleep(50 * time.Millisecond); return nil }}
+	sent := time.Now()
+	l, err := c.TryAcquire(ctx, "r", WithFenceSource(fast))
+	require.NoError(t, err)
+	require.True(t, l.Deadline().After(sent.Add(l.lifetime+40*time.Millisecond)), "the confirm's send time sets the deadline")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestKeyNamesKeepTheirHashTag(t *testing.T) {
+	_, rdb := newMini(t)
+	ctx := context.Background()
+	_, err := New(rdb, WithPrefix("app{x}:")).TryAcquire(ctx, "r")
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = New(rdb).TryAcquire(ctx, "}r")
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	l, err := New(rdb).TryAcquire(ctx, "a}b") // its hash tag is "a": still one slot
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+}
