@@ -2,6 +2,7 @@ package redlease
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,6 +27,14 @@ type Election struct {
 	opts []Option
 }
 
+// leaderScript records a term's value while the term's lease is still ours
+// (see leader.lua).
+//
+//go:embed leader.lua
+var leaderSrc string
+
+var leaderScript = redis.NewScript(leaderSrc)
+
 // ErrNoLeader is returned by Election.Leader when nobody leads.
 var ErrNoLeader = errors.New("redlease: no leader")
 
@@ -47,18 +56,59 @@ type Leader struct {
 // term's lease. value (a host name, an address) is published for Leader;
 // followers can use it to find the leader. Watch lease.Context() for the end
 // of the term; call lease.Release to resign.
+//
+// A term is returned only if its value was recorded while Redis still held
+// the term's lease, and its context had not ended by the time the record was
+// confirmed: the value is written in one atomic step with the check that the
+// lease is ours, so a campaigner that stalls after being elected, past its
+// TTL, can neither overwrite the value of the term that came next nor be told
+// it leads. It then gets an error matching ErrLeaseLost (and its lease is
+// released, best effort) instead. As with every lease, being returned a term
+// does not mean it still holds an instant later: watch its context, and fence
+// writes. If recording the value fails (a request error), the lease is
+// released and the error returned, joined with the release's.
 func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	l, err := e.c.Acquire(ctx, e.name, e.opts...)
 	if err != nil {
 		return nil, err
 	}
-	// Recorded after the lease is taken, and keyed by owner, so a stale
-	// value of an earlier term is never shown for this one.
-	err = e.c.rdb.Set(ctx, l.cfg.key(e.name, "leader"), l.owner+" "+value, 0).Err()
+	// The context is checked before the record (a term already over writes
+	// none) and after it: a term that ended locally (its local deadline
+	// passed without a confirmed renewal) may still be ours in Redis, so the
+	// script's answer alone does not show that it is alive.
+	if l.Context().Err() != nil {
+		return nil, e.lost(ctx, l)
+	}
+	// The record has no TTL: the watchdog renews only the lease key, so a
+	// record with one could expire while its term still runs. It outlives its
+	// term until the next term's record replaces it (one key per election
+	// name, like the fence counter), but Leader shows it only while the lease
+	// holds the same owner, so it is never shown for another term.
+	ok, err := leaderScript.Run(ctx, e.c.rdb, []string{l.keys.lease, l.cfg.key(e.name, "leader")}, l.owner, value).Bool()
 	if err != nil {
+		// Not requestError: ErrOutcomeUnknown would say the campaign may
+		// have succeeded, but the term is given up here either way.
 		return nil, errors.Join(fmt.Errorf("redlease: campaign %q: record value: %w", e.name, err), l.Release(ctx))
 	}
+	if !ok || l.Context().Err() != nil {
+		return nil, e.lost(ctx, l)
+	}
 	return l, nil
+}
+
+// lost releases a term that ended before its value was recorded, and returns
+// the error that says so. The release is best effort: its error is dropped,
+// because the caller learns all it can act on (it is not the leader) from
+// ErrLeaseLost; a lease it could not delete expires within its TTL, as the
+// watchdog no longer renews it.
+func (e *Election) lost(ctx context.Context, l *Lease) error {
+	cause := context.Cause(l.Context()) // nil if only Redis said the term is over
+	_ = l.Release(ctx)
+	err := fmt.Errorf("redlease: campaign %q: %w: the term ended before its value was recorded", e.name, ErrLeaseLost)
+	if cause != nil {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
 }
 
 // Leader returns the current term, or ErrNoLeader.

@@ -3,9 +3,12 @@ package redlease
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -167,4 +170,164 @@ func TestElectionHandOverWhenLeaderStalls(t *testing.T) {
 	require.NoError(t, termB.Release(ctx)) // resign
 	_, err = b.Leader(ctx)
 	require.ErrorIs(t, err, ErrNoLeader)
+}
+
+// A campaigner that stalls between Acquire and recording its value (a GC
+// pause, a slow network) past its TTL must not overwrite the value of the
+// term that came next, nor be told it was elected. Found in review
+// (TestReviewCampaignStaleValueOverwrite): Campaign recorded the value with a
+// plain SET, and Leader then showed the real leader with Value "" for its
+// whole term.
+func TestCampaignDoesNotOverwriteTheNextLeadersValue(t *testing.T) {
+	s := startRedis(t)
+	ctx := context.Background()
+	rdbA := s.Client(t)
+	gate := &gateHook{key: "redlease:{cron}:leader", gate: make(chan struct{})}
+	rdbA.AddHook(gate)
+	a := New(rdbA, WithTTL(300*time.Millisecond))
+	defer a.Close(ctx)
+	b := New(s.Client(t), WithTTL(5*time.Second))
+	defer b.Close(ctx)
+	ea, eb := NewElection(a, "cron"), NewElection(b, "cron")
+
+	type result struct {
+		l   *Lease
+		err error
+	}
+	resA := make(chan result, 1)
+	go func() { l, err := ea.Campaign(ctx, "host-a"); resA <- result{l, err} }()
+	waitFor(t, 2*time.Second, gate.stalled.Load) // A elected, its record (and renewals) held
+	lb, err := eb.Campaign(ctx, "host-b")        // B elected once A's lease expires
+	require.NoError(t, err)
+	close(gate.gate) // A resumes: its record reaches Redis
+	gotA := recv(t, resA, 10*time.Second)
+	ld, err := eb.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, lb.Owner(), ld.Owner)
+	require.Equal(t, "host-b", ld.Value, "A's late record must not replace B's")
+	require.ErrorIs(t, gotA.err, ErrLeaseLost, "A's term ended before its value was recorded")
+	require.Nil(t, gotA.l)
+	require.NoError(t, lb.Release(ctx))
+}
+
+// gateHook holds every command of a client, from the first one that names key
+// until gate is closed.
+type gateHook struct {
+	key     string
+	gate    chan struct{}
+	stalled atomic.Bool
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if slices.Contains(cmd.Args(), any(h.key)) {
+			h.stalled.Store(true)
+		}
+		if h.stalled.Load() {
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.stalled.Load() {
+			<-h.gate
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A term whose local deadline passed while its value was being recorded is
+// not handed out, even though Redis still held its lease and took the record:
+// the caller would lead under a context that has already ended.
+func TestCampaignFailsIfTheTermEndedWhileRecording(t *testing.T) {
+	mr, rdb := newMini(t)
+	ctx := t.Context()
+	c := New(rdb)
+	defer c.Close(ctx)
+	rdb.AddHook(&beforeHook{key: "redlease:{cron}:leader", fn: func() {
+		c.mu.Lock()
+		var ls []*Lease
+		for l := range c.leases {
+			ls = append(ls, l)
+		}
+		c.mu.Unlock()
+		for _, l := range ls {
+			l.lapse() // as if the local deadline passed during the round trip
+		}
+	}})
+	e := NewElection(c, "cron")
+
+	l, err := e.Campaign(ctx, "host-a")
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.Nil(t, l)
+	require.True(t, mr.Exists("redlease:{cron}:leader"), "Redis took the record: the lease was still ours there")
+	require.False(t, mr.Exists("redlease:{cron}:lease"), "the term was released")
+	_, err = e.Leader(ctx)
+	require.ErrorIs(t, err, ErrNoLeader, "the record of a term that ended is not shown")
+}
+
+// beforeHook runs fn before the first command that names key.
+type beforeHook struct {
+	key  string
+	fn   func()
+	done atomic.Bool
+}
+
+func (h *beforeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *beforeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if slices.Contains(cmd.Args(), any(h.key)) && h.done.CompareAndSwap(false, true) {
+			h.fn()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *beforeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The record's script names both of its keys, which share the election's
+// hash slot, so a campaign works on Redis Cluster.
+func TestCampaignOnCluster(t *testing.T) {
+	_, cc := startCluster(t, 3)
+	ctx := t.Context()
+	c := New(cc)
+	defer c.Close(ctx)
+	e := NewElection(c, "cron")
+	term, err := e.Campaign(ctx, "host-a")
+	require.NoError(t, err)
+	ld, err := e.Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Leader{Value: "host-a", Owner: term.Owner(), Fence: term.Fence(), Remaining: ld.Remaining}, ld)
+	require.NoError(t, term.Release(ctx))
+}
+
+// After Close, the calls that only read or repair (and an election's) return
+// ErrClientClosed before any round trip, as the acquire calls do.
+func TestAdminCallsAfterCloseReturnErrClientClosed(t *testing.T) {
+	mr, rdb := newMini(t)
+	ctx := t.Context()
+	c := New(rdb)
+	_, err := c.LastFence(ctx, "r")
+	require.NoError(t, err)
+	require.NoError(t, c.Close(ctx))
+	mr.Close() // a call that tried a round trip would fail otherwise
+
+	_, err = c.Inspect(ctx, "r")
+	require.ErrorIs(t, err, ErrClientClosed)
+	require.ErrorIs(t, c.Scan(ctx, "*", func(Status) error { return nil }), ErrClientClosed)
+	_, err = c.LastFence(ctx, "r")
+	require.ErrorIs(t, err, ErrClientClosed)
+	_, err = c.AdvanceFence(ctx, "r", 10)
+	require.ErrorIs(t, err, ErrClientClosed)
+	_, _, err = c.Break(ctx, "r", 0)
+	require.ErrorIs(t, err, ErrClientClosed)
+	e := NewElection(c, "cron")
+	_, err = e.Leader(ctx)
+	require.ErrorIs(t, err, ErrClientClosed)
+	_, err = e.Campaign(ctx, "host-a")
+	require.ErrorIs(t, err, ErrClientClosed)
 }

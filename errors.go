@@ -43,8 +43,11 @@ var (
 	// joined with ErrNotAcquired.
 	ErrNotReplicated = errors.New("redlease: lease not acknowledged by enough replicas")
 
-	// ErrClientClosed is returned by acquire calls on a Client after Close,
-	// including calls that were waiting when Close was called.
+	// ErrClientClosed is returned by the calls of a Client after Close,
+	// before any round trip: the acquire calls, the admin calls (Inspect,
+	// Scan, LastFence, AdvanceFence, Break) and an Election's Campaign and
+	// Leader. Acquire calls that were waiting when Close was called return it
+	// too.
 	ErrClientClosed = errors.New("redlease: client closed")
 
 	// ErrInvalidArgument is returned, before any round trip to Redis, for
