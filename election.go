@@ -27,12 +27,10 @@ type Election struct {
 	opts []Option
 }
 
-// leaderScript records a term's value while the term's lease is still ours
-// (see leader.lua).
-//
 //go:embed leader.lua
 var leaderSrc string
 
+// leaderScript records a term's value while the term's lease is still ours.
 var leaderScript = redis.NewScript(leaderSrc)
 
 // ErrNoLeader is returned by Election.Leader when nobody leads.

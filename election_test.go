@@ -255,7 +255,9 @@ func TestCampaignFailsIfTheTermEndedWhileRecording(t *testing.T) {
 		}
 		c.mu.Unlock()
 		for _, l := range ls {
-			l.lapse() // as if the local deadline passed during the round trip
+			l.mu.Lock() // as if the local deadline passed during the round trip
+			l.endLocked(stateLapsed, l.lapseCause())
+			l.mu.Unlock()
 		}
 	}})
 	e := NewElection(c, "cron")
