@@ -168,7 +168,10 @@ func (w *watchdog) renew(batch []*Lease) {
 	sent := time.Now()
 	live := batch[:0]
 	for _, l := range batch {
-		if l.active() {
+		// A lease past its local deadline is about to end: its timer has
+		// fired or will at once. Renewing it could only extend in Redis a
+		// lease that its holder is told it has lost.
+		if l.active() && sent.Before(l.Deadline()) {
 			live = append(live, l)
 		}
 	}
