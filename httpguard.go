@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -301,6 +302,7 @@ var admitScript = NewFencedScript("return 1")
 type RedisFenceStore struct {
 	rdb    redis.UniversalClient
 	prefix string
+	err    error // an invalid prefix, returned by Admit
 }
 
 // NewRedisFenceStore returns a store that keeps its records through rdb: a
@@ -309,9 +311,15 @@ type RedisFenceStore struct {
 // WithPrefix applies: it sets the prefix of the records' keys (default
 // DefaultPrefix), to keep several applications' records apart on one Redis.
 // Gateways in front of one service must agree on it: each prefix is a record
-// of its own.
+// of its own. A prefix with a '{' makes Admit return ErrInvalidArgument:
+// the record of resource R is <prefix>{R}:accepted, and the braces must
+// delimit R, or two prefixes could share records.
 func NewRedisFenceStore(rdb redis.UniversalClient, opts ...Option) *RedisFenceStore {
-	return &RedisFenceStore{rdb: rdb, prefix: guardConfig(opts).prefix}
+	s := &RedisFenceStore{rdb: rdb, prefix: guardConfig(opts).prefix}
+	if strings.Contains(s.prefix, "{") {
+		s.err = invalidf("key prefix %q holds a '{'", s.prefix)
+	}
+	return s
 }
 
 // Admit implements FenceStore in one round trip. Besides a *StaleFenceError
@@ -322,6 +330,8 @@ func (s *RedisFenceStore) Admit(ctx context.Context, resource string, fence int6
 	switch {
 	case s == nil || isNil(s.rdb):
 		return nil, invalidf("nil RedisFenceStore or Redis client")
+	case s.err != nil:
+		return nil, s.err
 	case resource == "":
 		return nil, invalidf("empty resource name")
 	}

@@ -383,6 +383,11 @@ func TestRedisFenceStoreRecordPrefix(t *testing.T) {
 	require.Equal(t, "3", mr.HGet("app1:{r}:accepted", "fence"))
 	_, err = NewRedisFenceStore(rdb, WithPrefix("app1:")).Admit(ctx, "r", 2, "o")
 	require.ErrorIs(t, err, ErrStaleFence, "one prefix, one record")
+
+	// A brace in the prefix would let ("a", "{b") and ("a{", "b") share
+	// the record "a{{b}:accepted", so it is refused.
+	_, err = NewRedisFenceStore(rdb, WithPrefix("a{")).Admit(ctx, "b", 5, "o")
+	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
 func TestSetFenceHeaders(t *testing.T) {

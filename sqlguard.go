@@ -228,8 +228,8 @@ func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn s
 	if !tableRE.MatchString(table) {
 		return nil, invalidf("table name %q is not a plain identifier", table)
 	}
-	for _, c := range []string{idColumn, fenceColumn, ownerColumn} {
-		if c == "" && c == ownerColumn { // no owner column: the strict pattern
+	for i, c := range []string{idColumn, fenceColumn, ownerColumn} {
+		if i == 2 && c == "" { // no owner column: the strict pattern
 			continue
 		}
 		if !identRE.MatchString(c) {

@@ -313,4 +313,10 @@ func TestRowGuardCond(t *testing.T) {
 	lite, err := NewRowGuard(DialectSQLite, "t", "id", "last_fence", "")
 	require.NoError(t, err)
 	require.Equal(t, "last_fence < ?2", lite.Cond(2))
+
+	// Only the owner column may be left out.
+	for _, cols := range [][3]string{{"", "last_fence", ""}, {"id", "", ""}, {"", "", ""}, {"id", "", "last_owner"}} {
+		_, err := NewRowGuard(DialectPostgres, "t", cols[0], cols[1], cols[2])
+		require.ErrorIs(t, err, ErrInvalidArgument, "%q", cols)
+	}
 }

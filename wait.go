@@ -67,6 +67,13 @@ type wakeChannel struct {
 	ready   chan struct{} // closed when Redis confirmed the subscription
 	waiters map[string]chan struct{}
 	idle    *time.Timer // runs while no one waits: unsubscribes
+	// dropping is closed once dropIdle's unsubscribe has been sent: a
+	// subscribe waits for it, so that Redis gets the two in the order the
+	// hub decided them, and the channel ends up subscribed.
+	dropping chan struct{}
+	// unsubs counts the unsubscribes the hub sent whose answers are still to
+	// come: those answers are not a slot migration's unasked unsubscribe.
+	unsubs int
 	// missed holds the last wake-ups that named no waiter here: a waiter
 	// registers only after its first attempt found the lease busy, so its
 	// wake-up may arrive just before it joins.
@@ -96,9 +103,7 @@ func (h *hub) close() {
 	default:
 		close(h.closed)
 	}
-	for _, sub := range h.subs {
-		_ = sub.ps.Close()
-	}
+	subs := h.subs
 	h.subs = map[string]*subscription{}
 	for _, ch := range h.chans {
 		ch.sub = nil
@@ -107,6 +112,11 @@ func (h *hub) close() {
 		}
 	}
 	h.mu.Unlock()
+	// Closed without h.mu: go-redis holds a PubSub's lock while it
+	// reconnects, and the hub's waiters must not wait for that.
+	for _, sub := range subs {
+		_ = sub.ps.Close()
+	}
 	h.recv.Wait()
 }
 
@@ -149,10 +159,18 @@ func (w *waiter) leave() {
 		return
 	}
 	if ch.sub == nil {
-		delete(h.chans, w.channel)
+		h.forgetLocked(w.channel, ch)
 		return
 	}
 	ch.idle = time.AfterFunc(linger, func() { h.dropIdle(w.channel, ch) })
+}
+
+// forgetLocked removes a channel that nobody waits on and that has no
+// subscription, nor an unsubscribe on its way or unanswered.
+func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
+	if h.chans[channel] == ch && len(ch.waiters) == 0 && ch.sub == nil && ch.dropping == nil && ch.unsubs == 0 {
+		delete(h.chans, channel)
+	}
 }
 
 // subscribed reports whether the waiter's channel is subscribed (or being
@@ -185,6 +203,13 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 		ready := ch.ready
 		h.mu.Unlock()
 		return waitReady(ctx, ready)
+	}
+	if dropping := ch.dropping; dropping != nil {
+		h.mu.Unlock()
+		if !waitReady(ctx, dropping) {
+			return false
+		}
+		return w.subscribe(ctx) // once: dropIdle is done with the channel
 	}
 	select {
 	case <-h.closed:
@@ -258,12 +283,18 @@ func (h *hub) receive(sub *subscription, msgs <-chan any) {
 		case *redis.Message:
 			h.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			if h.confirm(sub, m) {
+			unsubscribe, last := h.confirm(sub, m)
+			if unsubscribe {
 				// Make go-redis forget the channel too, or it would subscribe
 				// it again on this node after a reconnect.
 				ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
-				_ = sub.ps.SUnsubscribe(ctx, m.Channel)
+				if err := sub.ps.SUnsubscribe(ctx, m.Channel); err != nil {
+					h.unanswered(m.Channel)
+				}
 				cancel()
+			}
+			if last {
+				_ = sub.ps.Close() // this loop then ends
 			}
 		}
 	}
@@ -289,58 +320,98 @@ func (h *hub) deliver(channel, owner string) {
 }
 
 // confirm records a subscription message. It reports whether it was an
-// unasked unsubscribe from a connection that stays open.
-func (h *hub) confirm(sub *subscription, m *redis.Subscription) bool {
+// unasked unsubscribe from a connection that stays open (which go-redis must
+// then be told of), or one that left the connection without channels (which
+// must then be closed).
+func (h *hub) confirm(sub *subscription, m *redis.Subscription) (unsubscribe, last bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.chans[m.Channel]
-	if ch == nil || ch.sub != sub {
-		return false // not ours, or dropped by dropIdle
+	if ch == nil {
+		return false, false // not ours
 	}
 	switch m.Kind {
 	case "subscribe", "ssubscribe":
-		select {
-		case <-ch.ready:
-		default:
-			close(ch.ready)
+		if ch.sub == sub {
+			select {
+			case <-ch.ready:
+			default:
+				close(ch.ready)
+			}
 		}
-	case "sunsubscribe":
-		// Unasked, on Cluster: the slot moved to another node. Waiters fall
-		// back on their timers and subscribe again through the new owner.
-		ch.sub = nil
-		return !h.releaseLocked(sub)
+	case "unsubscribe", "sunsubscribe":
+		if ch.unsubs > 0 { // the answer to one the hub sent
+			ch.unsubs--
+			h.forgetLocked(m.Channel, ch)
+			return false, false
+		}
+		if m.Kind == "sunsubscribe" && ch.sub == sub {
+			// Unasked, on Cluster: the slot moved to another node. Waiters
+			// fall back on their timers and subscribe again through the new
+			// owner.
+			ch.sub = nil
+			if h.releaseLocked(sub) {
+				return false, true
+			}
+			ch.unsubs++ // the answer to receive's unsubscribe, to come
+			return true, false
+		}
 	}
-	return false
+	return false, false
 }
 
 // dropIdle unsubscribes a channel nobody waited on for linger.
 func (h *hub) dropIdle(channel string, ch *wakeChannel) {
 	h.mu.Lock()
-	if h.chans[channel] != ch || len(ch.waiters) > 0 {
+	if h.chans[channel] != ch || len(ch.waiters) > 0 || ch.sub == nil {
 		h.mu.Unlock()
 		return
 	}
-	delete(h.chans, channel)
 	sub := ch.sub
-	if sub == nil { // lost to a slot migration meanwhile
+	ch.sub = nil
+	if h.releaseLocked(sub) {
+		h.forgetLocked(channel, ch)
 		h.mu.Unlock()
+		_ = sub.ps.Close() // the last channel: no unsubscribe needed
 		return
 	}
-	last := h.releaseLocked(sub)
+	dropping := make(chan struct{})
+	ch.dropping = dropping
+	ch.unsubs++
 	h.mu.Unlock()
-	if !last {
-		ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
-		defer cancel()
-		if h.sharded {
-			_ = sub.ps.SUnsubscribe(ctx, channel)
-		} else {
-			_ = sub.ps.Unsubscribe(ctx, channel)
-		}
+
+	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
+	defer cancel()
+	var err error
+	if h.sharded {
+		err = sub.ps.SUnsubscribe(ctx, channel)
+	} else {
+		err = sub.ps.Unsubscribe(ctx, channel)
+	}
+	if err != nil {
+		h.unanswered(channel)
+	}
+	h.mu.Lock()
+	ch.dropping = nil
+	close(dropping)
+	h.forgetLocked(channel, ch)
+	h.mu.Unlock()
+}
+
+// unanswered takes back the count of an unsubscribe that could not be sent,
+// so that no answer is waited for.
+func (h *hub) unanswered(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch := h.chans[channel]; ch != nil && ch.unsubs > 0 {
+		ch.unsubs--
+		h.forgetLocked(channel, ch)
 	}
 }
 
-// releaseLocked drops one channel from sub, closing the connection (which
-// ends its goroutines) when it was the last. It reports whether it was.
+// releaseLocked drops one channel from sub and reports whether it was the
+// last; then sub is forgotten, and the caller closes its connection (which
+// ends its goroutine) once it has let go of h.mu.
 func (h *hub) releaseLocked(sub *subscription) bool {
 	sub.count--
 	if sub.count > 0 {
@@ -351,7 +422,6 @@ func (h *hub) releaseLocked(sub *subscription) bool {
 			delete(h.subs, node)
 		}
 	}
-	_ = sub.ps.Close()
 	return true
 }
 
