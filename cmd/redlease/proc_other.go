@@ -16,6 +16,22 @@ var terminate = os.Kill
 
 const terminateName = "a kill"
 
+// jobControl is empty: there is no SIGTSTP to handle, so nothing is ever
+// stopped, and stopping and resuming do nothing.
+var jobControl []os.Signal
+
+func isStop(os.Signal) bool { return false }
+
+func stopGroup(*os.Process) error { return nil }
+
+func resumeGroup(*os.Process) error { return nil }
+
+func stopSelf() error { return nil }
+
+// groupAlive reports false: without process groups, nothing the command
+// started can be found once it has exited.
+func groupAlive(*os.Process) bool { return false }
+
 // setGroup does nothing here: there are no Unix process groups.
 func setGroup(*exec.Cmd) {}
 

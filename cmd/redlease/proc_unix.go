@@ -9,6 +9,41 @@ import (
 	"syscall"
 )
 
+// jobControl are the signals that redlease run handles itself while its
+// command runs: Ctrl-Z (SIGTSTP) reaches only redlease's process group, not
+// the command's, so redlease stops the command's group before it stops
+// itself, and decides on SIGCONT whether the command may go on.
+var jobControl = []os.Signal{syscall.SIGTSTP, syscall.SIGCONT}
+
+// isStop reports whether sig asks redlease to stop (Ctrl-Z).
+func isStop(sig os.Signal) bool { return sig == syscall.SIGTSTP }
+
+// stopGroup stops every process in the process group led by p.
+func stopGroup(p *os.Process) error { return signalGroup(p, syscall.SIGSTOP) }
+
+// resumeGroup continues the process group led by p after stopGroup; it also
+// lets a stopped process act on a SIGTERM that waits for it.
+func resumeGroup(p *os.Process) error { return signalGroup(p, syscall.SIGCONT) }
+
+// stopSelf stops redlease until it gets SIGCONT. It raises SIGSTOP rather
+// than SIGTSTP: the kernel discards a SIGTSTP left to its default action in
+// an orphaned process group, and redlease would then run on, renewing the
+// lease of a command it has just stopped. SIGSTOP cannot be discarded.
+func stopSelf() error { return syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
+
+// groupAlive reports whether the process group led by p, whose leader has
+// exited and been waited for, still has a member that is not a zombie.
+func groupAlive(p *os.Process) bool {
+	if errors.Is(syscall.Kill(-p.Pid, 0), syscall.ESRCH) {
+		return false
+	}
+	// EPERM means a member that changed its user: it still runs. Zombies
+	// would also answer: they stay in the group until their parent (for an
+	// orphan, PID 1 or a subreaper) collects them, and some containers'
+	// PID 1 never does.
+	return !onlyZombies(p.Pid)
+}
+
 // forwarded are the signals that redlease run passes on to its command.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
