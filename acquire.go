@@ -430,10 +430,13 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	}
 	// Close, or the local deadline during a slow fence source, may have ended
 	// a lease already: hand out none that has.
-	for _, l := range leases {
-		if err := context.Cause(l.ctx); err != nil {
+	for i, l := range leases {
+		if err := l.handOut(); err != nil {
 			if a.c.closed.Load() {
 				err = ErrClientClosed
+			}
+			for _, l := range leases[:i] {
+				l.takeBack()
 			}
 			return nil, a.giveBack(ctx, leases, notAcquired(l.resource, err))
 		}

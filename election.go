@@ -102,6 +102,9 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 func (e *Election) lost(ctx context.Context, l *Lease) error {
 	cause := context.Cause(l.Context()) // nil if only Redis said the term is over
 	_ = l.Release(ctx)
+	if e.c.closed.Load() { // Close released the term
+		return fmt.Errorf("redlease: campaign %q: %w", e.name, ErrClientClosed)
+	}
 	err := fmt.Errorf("redlease: campaign %q: %w: the term ended before its value was recorded", e.name, ErrLeaseLost)
 	if cause != nil {
 		err = fmt.Errorf("%w (%w)", err, cause)

@@ -130,3 +130,102 @@ func TestHubClosesSubscriptionsWithoutItsLock(t *testing.T) {
 	}
 	p.Heal()
 }
+
+// A slot that moves away and back: each move's unasked sunsubscribe is
+// taken for one, whatever the hub sent the old node (which answers MOVED,
+// not sunsubscribe), so the waiters subscribe again through the owner of the
+// moment. (A count of unsubscribes to be answered, which the MOVED never
+// decremented, made the hub take the second move's sunsubscribe for an
+// answer and keep believing the channel subscribed.)
+func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
+	nodes, cc := startCluster(t, 3)
+	ctx := context.Background()
+	h := newHub(cc)
+	defer h.close()
+
+	const channel = "redlease:{r}:wake:x"
+	slot := int(cc.ClusterKeySlot(ctx, channel).Val())
+	src, err := cc.MasterForKey(ctx, channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A channel on the same node, another slot: the connection stays open.
+	var keep string
+	for i := 0; keep == ""; i++ {
+		k := fmt.Sprintf("keep{k%d}", i)
+		m, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == src.Options().Addr && int(cc.ClusterKeySlot(ctx, k).Val()) != slot {
+			keep = k
+		}
+	}
+	kw := h.join(keep, "k", make(chan struct{}, 1))
+	if !kw.subscribe(ctx) {
+		t.Fatal("keep not subscribed")
+	}
+	w := h.join(channel, "a", make(chan struct{}, 1))
+	if !w.subscribe(ctx) {
+		t.Fatal("not subscribed")
+	}
+
+	// Move the (empty) slot to another master.
+	var dst *redis.Client
+	for _, n := range nodes {
+		if n.Addr != src.Options().Addr {
+			dst = redis.NewClient(&redis.Options{Addr: n.Addr})
+			defer dst.Close()
+			break
+		}
+	}
+	dstID := dst.ClusterMyID(ctx).Val()
+	srcID := src.ClusterMyID(ctx).Val()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(dst.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err())
+	must(src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err())
+	must(dst.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err())
+	must(src.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err())
+
+	waitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
+	time.Sleep(500 * time.Millisecond) // the hub's SUNSUBSCRIBE and its answer
+
+	// The waiter subscribes through the new owner; the slot moves back.
+	cc.ReloadState(ctx)
+	waitFor(t, 5*time.Second, func() bool {
+		m, err := cc.MasterForKey(ctx, channel)
+		return err == nil && m.Options().Addr == dst.Options().Addr
+	})
+	if !w.subscribe(ctx) {
+		t.Fatal("not subscribed through the new owner")
+	}
+	must(src.Do(ctx, "cluster", "setslot", slot, "importing", dstID).Err())
+	must(dst.Do(ctx, "cluster", "setslot", slot, "migrating", srcID).Err())
+	must(src.Do(ctx, "cluster", "setslot", slot, "node", srcID).Err())
+	must(dst.Do(ctx, "cluster", "setslot", slot, "node", srcID).Err())
+	time.Sleep(time.Second)
+	n1, _ := src.PubSubShardNumSub(ctx, channel).Result()
+	n2, _ := dst.PubSubShardNumSub(ctx, channel).Result()
+	if w.subscribed() && n1[channel] == 0 && n2[channel] == 0 {
+		t.Fatalf("the hub believes %s subscribed (so its waiters never subscribe again), but no node has a subscriber: every wake-up is lost", channel)
+	}
+	cc.ReloadState(ctx)
+	waitFor(t, 5*time.Second, func() bool {
+		m, err := cc.MasterForKey(ctx, channel)
+		return err == nil && m.Options().Addr == src.Options().Addr
+	})
+	if !w.subscribe(ctx) {
+		t.Fatal("not subscribed again through the first owner")
+	}
+	n1, _ = src.PubSubShardNumSub(ctx, channel).Result()
+	if n1[channel] != 1 {
+		t.Fatalf("subscribed() but %d subscribers on the owner", n1[channel])
+	}
+	w.leave()
+	kw.leave()
+}

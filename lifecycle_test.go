@@ -1,8 +1,10 @@
 package redlease
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,10 +261,17 @@ func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {
 }
 
 // A fence source slower than the lease's lifetime: the lease is not handed
-// out, and is given back.
+// out, is given back, and is no loss to the observers (it lapsed before
+// anyone had it).
 func TestSlowFenceSourceHandsOutNoEndedLease(t *testing.T) {
 	mr, rdb := newMini(t)
-	c := New(rdb, WithTTL(200*time.Millisecond), WithAutoRenew(false))
+	var lost atomic.Int32
+	obs := ObserverFunc(func(_ context.Context, e Event) {
+		if e.Kind == EventLost {
+			lost.Add(1)
+		}
+	})
+	c := New(rdb, WithTTL(200*time.Millisecond), WithAutoRenew(false), WithObserver(obs))
 	ctx := context.Background()
 	defer c.Close(ctx)
 	slow := &counterFences{before: func() error {
@@ -273,6 +282,7 @@ func TestSlowFenceSourceHandsOutNoEndedLease(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.False(t, mr.Exists("redlease:{r}:lease"))
 	require.Zero(t, c.tracked())
+	require.Zero(t, lost.Load(), "a lease never handed out was reported lost")
 
 	// A source that answers in time extends the lease as a renewal would.
 	fast := &counterFences{before: func() error { time.Sleep(50 * time.Millisecond); return nil }}
@@ -293,4 +303,73 @@ func TestKeyNamesKeepTheirHashTag(t *testing.T) {
 	l, err := New(rdb).TryAcquire(ctx, "a}b") // its hash tag is "a": still one slot
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
+}
+
+// Two Close calls at once (a signal handler's and a deferred one): each used
+// to lock the leases' relMu in its own map order, and they deadlocked.
+func TestConcurrentClosesRunOneAfterTheOther(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb, WithTTL(10*time.Second), WithAutoRenew(false))
+	ctx := context.Background()
+	for i := range 300 {
+		_, err := c.TryAcquire(ctx, fmt.Sprintf("r%d", i))
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_ = c.Close(ctx)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	close(start)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("two concurrent Close calls deadlocked")
+	}
+}
+
+// The usual shutdown: the root context is canceled by a signal, and the
+// deferred Close gets it. Close ignores the cancellation, as Release does, so
+// that the resources are not blocked for a TTL.
+func TestCloseWithACanceledContextStillReleases(t *testing.T) {
+	mr, rdb := newMini(t)
+	c := New(rdb, WithTTL(10*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	for i := range 3 {
+		_, err := c.TryAcquire(ctx, fmt.Sprintf("r%d", i))
+		require.NoError(t, err)
+	}
+	cancel() // SIGTERM
+	err := c.Close(ctx)
+	for i := range 3 {
+		require.False(t, mr.Exists(fmt.Sprintf("redlease:{r%d}:lease", i)), "Close(ctx) left the lease in Redis: %v", err)
+	}
+}
+
+// A lease that the watchdog stopped renewing (its renewals failed until its
+// deadline was near) is renewed again after a Refresh of the caller's
+// confirms it.
+func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
+	_, rdb := newMini(t)
+	c := New(rdb, WithTTL(10*time.Second))
+	ctx := context.Background()
+	defer c.Close(ctx)
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	c.wd.mu.Lock()
+	require.GreaterOrEqual(t, l.index, 0, "queued for renewal")
+	heap.Remove(&c.wd.queue, l.index) // as the watchdog does with a lease it gives up on
+	c.wd.mu.Unlock()
+	require.NoError(t, l.Refresh(ctx))
+	c.wd.mu.Lock()
+	defer c.wd.mu.Unlock()
+	require.GreaterOrEqual(t, l.index, 0, "queued for renewal again")
+	require.WithinDuration(t, time.Now().Add(l.interval), l.renewAt, time.Second)
 }

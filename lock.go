@@ -25,9 +25,10 @@ type Client struct {
 	wd          watchdog
 	hub         *hub
 
-	mu     sync.Mutex
-	leases map[*Lease]struct{} // active leases, for Close
-	closed atomic.Bool         // set under mu; read without it by acquire calls
+	mu      sync.Mutex
+	leases  map[*Lease]struct{} // the leases Redis may hold, for Close
+	closed  atomic.Bool         // set under mu; read without it by acquire calls
+	closeMu sync.Mutex          // serialises Close calls
 }
 
 // New returns a Client that takes leases through rdb, which may be a plain
@@ -67,20 +68,27 @@ func isNil(v any) bool {
 
 // Close releases every lease of the Client that Redis may still hold (the
 // active ones, and those whose context ended at the local deadline less than
-// a TTL ago), as Release does but in pipelines, bounded by ctx and by the
-// leases' release timeout; it ends the Client's background goroutines (the
-// watchdog and the wake-up subscriptions) and waits for them. Acquire calls
-// still waiting return ErrClientClosed, and so does every call after Close.
-// It returns the errors of the releases, joined (the first ten, and how many
-// more). Close does not close the Redis client.
+// a TTL ago), as Release does but in pipelines; it ends the Client's
+// background goroutines (the watchdog and the wake-up subscriptions) and
+// waits for them. Acquire calls still waiting return ErrClientClosed, and so
+// does every call after Close. It returns the errors of the releases, joined
+// (the first ten, and how many more). Close does not close the Redis client.
 //
-// A deadline bounds a request that is already on the network only if the
-// go-redis client was created with ContextTimeoutEnabled; otherwise its
-// ReadTimeout and WriteTimeout do.
+// Like Release, Close ignores the cancellation of ctx (a shutdown's context
+// is often canceled by then, and the leases are still worth releasing) but
+// keeps its deadline: the releases are bounded by it and by the leases'
+// release timeout. A deadline bounds a request that is already on the
+// network only if the go-redis client was created with
+// ContextTimeoutEnabled; otherwise its ReadTimeout and WriteTimeout do.
+//
+// Concurrent Close calls run one after the other; a lease that a Release of
+// the caller's is releasing at that moment is left to it.
 func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.err != nil {
 		return nil
 	}
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
 	c.mu.Lock()
 	c.closed.Store(true)
 	leases := make([]*Lease, 0, len(c.leases))
@@ -102,7 +110,7 @@ func (c *Client) Close(ctx context.Context) error {
 }
 
 // releaseBatch releases leases as Release does, in one pipeline, bounded by
-// ctx (Close's, not detached) and by the longest release timeout among them.
+// the longest release timeout among them and by ctx's deadline.
 func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 	var (
 		start   = time.Now()
@@ -112,7 +120,9 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 		errs    []error
 	)
 	for _, l := range leases {
-		l.relMu.Lock()
+		if !l.relMu.TryLock() { // a Release of the caller's is on its way
+			continue
+		}
 		defer l.relMu.Unlock()
 		switch {
 		case l.relDone: // a Release of the caller's came first
@@ -127,8 +137,13 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 	if len(send) == 0 {
 		return errs
 	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := context.WithTimeout(detach(ctx), timeout)
 	defer cancel()
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancelAt context.CancelFunc
+		rctx, cancelAt = context.WithDeadline(rctx, deadline)
+		defer cancelAt()
+	}
 	for i, cmd := range releaseScript.runAll(rctx, c.rdb, args, intReply) {
 		n, err := cmd.(*redis.IntCmd).Result()
 		if err := send[i].endRelease(ctx, start, n == 1, err); err != nil {
@@ -242,8 +257,11 @@ type Lease struct {
 	index   int  // in the watchdog's queue; -1 when not queued
 	ended   bool // never queue again
 
+	out bool // handed out by its acquire call; only then are observers told of it
+
 	relMu    sync.Mutex // serialises Release
 	relBegun bool       // Release was called
+	quiet    bool       // not handed out when Release began: no event
 	overran  bool       // the lease had ended before the first Release call
 	relDone  bool       // a Release reached a verdict
 	relErr   error      // that verdict
@@ -347,6 +365,26 @@ func (l *Lease) discard(cause error) {
 	l.endLocked(stateDiscarded, cause)
 }
 
+// handOut marks an active lease as handed out, from when on the observers
+// hear of its end; it returns the cause of its end if it has already ended.
+func (l *Lease) handOut() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateActive {
+		return context.Cause(l.ctx)
+	}
+	l.out = true
+	return nil
+}
+
+// takeBack undoes handOut for a lease that its acquire call gives back after
+// all, because another of its leases had ended.
+func (l *Lease) takeBack() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out = false
+}
+
 // start sets the first local deadline from the send time of the acquire
 // request. It reports false if that deadline has already passed.
 func (l *Lease) start(sent time.Time) bool {
@@ -424,7 +462,7 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 		}
 		l.c.untrack(l)
 	}
-	if (s == stateLost || s == stateLapsed) && len(l.cfg.observers) > 0 {
+	if (s == stateLost || s == stateLapsed) && l.out && len(l.cfg.observers) > 0 {
 		now := time.Now()
 		outcome := OutcomeLost
 		if s == stateLapsed {
@@ -508,7 +546,15 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	ok, err := isOne(refreshScript.run(ctx, l.c.rdb, l.refreshArgs(), intReply))
-	return l.renewed(sent, ok, err)
+	if err := l.renewed(sent, ok, err); err != nil {
+		return err
+	}
+	// The watchdog may have given up on the lease (its renewals failed until
+	// the deadline was near): it renews again from here.
+	if next := sent.Add(l.interval); l.cfg.autoRenew && l.renewsUntil(next) {
+		l.c.wd.schedule(l, next)
+	}
+	return nil
 }
 
 // refreshArgs is the refresh script's command for the lease (see
@@ -569,7 +615,7 @@ func (l *Lease) beginRelease() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.relBegun {
-		l.relBegun, l.overran = true, l.state != stateActive
+		l.relBegun, l.overran, l.quiet = true, l.state != stateActive, !l.out
 	}
 	switch l.state {
 	case stateLost: // Redis already said it is not ours
@@ -600,7 +646,7 @@ func (l *Lease) endRelease(ctx context.Context, start time.Time, deleted bool, e
 }
 
 func (l *Lease) reportRelease(ctx context.Context, start time.Time, err error) {
-	if len(l.cfg.observers) == 0 {
+	if len(l.cfg.observers) == 0 || l.quiet {
 		return
 	}
 	now := time.Now()

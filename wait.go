@@ -71,9 +71,6 @@ type wakeChannel struct {
 	// subscribe waits for it, so that Redis gets the two in the order the
 	// hub decided them, and the channel ends up subscribed.
 	dropping chan struct{}
-	// unsubs counts the unsubscribes the hub sent whose answers are still to
-	// come: those answers are not a slot migration's unasked unsubscribe.
-	unsubs int
 	// missed holds the last wake-ups that named no waiter here: a waiter
 	// registers only after its first attempt found the lease busy, so its
 	// wake-up may arrive just before it joins.
@@ -166,9 +163,9 @@ func (w *waiter) leave() {
 }
 
 // forgetLocked removes a channel that nobody waits on and that has no
-// subscription, nor an unsubscribe on its way or unanswered.
+// subscription, nor an unsubscribe on its way.
 func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
-	if h.chans[channel] == ch && len(ch.waiters) == 0 && ch.sub == nil && ch.dropping == nil && ch.unsubs == 0 {
+	if h.chans[channel] == ch && len(ch.waiters) == 0 && ch.sub == nil && ch.dropping == nil {
 		delete(h.chans, channel)
 	}
 }
@@ -199,10 +196,16 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 	}
 	h.mu.Lock()
 	ch := h.chans[w.channel]
-	if ch.sub != nil {
+	if sub := ch.sub; sub != nil { // subscribed, or being subscribed
 		ready := ch.ready
 		h.mu.Unlock()
-		return waitReady(ctx, ready)
+		if waitReady(ctx, ready) {
+			return true
+		}
+		if ctx.Err() == nil {
+			h.abandon(w.channel, ch, sub, ready)
+		}
+		return false
 	}
 	if dropping := ch.dropping; dropping != nil {
 		h.mu.Unlock()
@@ -232,10 +235,35 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 	} else {
 		err = sub.ps.Subscribe(ctx, w.channel)
 	}
-	if err != nil {
+	if err == nil && waitReady(ctx, ready) {
+		return true
+	}
+	if err != nil || ctx.Err() == nil {
+		h.abandon(w.channel, ch, sub, ready)
+	}
+	return false
+}
+
+// abandon drops a subscription that was not sent, or not confirmed within
+// subscribeWait (the slot may have moved, and the node answered MOVED), so
+// that a later attempt subscribes again instead of waiting for a
+// confirmation that will not come.
+func (h *hub) abandon(channel string, ch *wakeChannel, sub *subscription, ready chan struct{}) {
+	h.mu.Lock()
+	if ch.sub != sub || ch.ready != ready || isClosed(ready) { // confirmed, or dropped, meanwhile
+		h.mu.Unlock()
+		return
+	}
+	h.unsubscribeLocked(channel, ch)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
 		return false
 	}
-	return waitReady(ctx, ready)
 }
 
 func waitReady(ctx context.Context, ready chan struct{}) bool {
@@ -288,9 +316,7 @@ func (h *hub) receive(sub *subscription, msgs <-chan any) {
 				// Make go-redis forget the channel too, or it would subscribe
 				// it again on this node after a reconnect.
 				ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
-				if err := sub.ps.SUnsubscribe(ctx, m.Channel); err != nil {
-					h.unanswered(m.Channel)
-				}
+				_ = sub.ps.SUnsubscribe(ctx, m.Channel) // the node answers MOVED
 				cancel()
 			}
 			if last {
@@ -340,20 +366,18 @@ func (h *hub) confirm(sub *subscription, m *redis.Subscription) (unsubscribe, la
 			}
 		}
 	case "unsubscribe", "sunsubscribe":
-		if ch.unsubs > 0 { // the answer to one the hub sent
-			ch.unsubs--
-			h.forgetLocked(m.Channel, ch)
-			return false, false
-		}
-		if m.Kind == "sunsubscribe" && ch.sub == sub {
-			// Unasked, on Cluster: the slot moved to another node. Waiters
-			// fall back on their timers and subscribe again through the new
-			// owner.
+		// The answer to dropIdle's unsubscribe arrives while the channel
+		// has no subscription, or, if a waiter subscribed it again since,
+		// before that subscribe is confirmed (Redis answers one connection
+		// in order, and that subscribe was sent after the unsubscribe). An
+		// sunsubscribe to a confirmed subscription is unasked: on Cluster,
+		// the slot moved to another node. Waiters fall back on their timers
+		// and subscribe again through the new owner.
+		if m.Kind == "sunsubscribe" && ch.sub == sub && isClosed(ch.ready) {
 			ch.sub = nil
 			if h.releaseLocked(sub) {
 				return false, true
 			}
-			ch.unsubs++ // the answer to receive's unsubscribe, to come
 			return true, false
 		}
 	}
@@ -367,46 +391,37 @@ func (h *hub) dropIdle(channel string, ch *wakeChannel) {
 		h.mu.Unlock()
 		return
 	}
+	h.unsubscribeLocked(channel, ch)
+}
+
+// unsubscribeLocked takes ch off its subscription, and unlocks h.mu. The
+// last channel of a connection closes it; otherwise it sends the
+// unsubscribe (outside h.mu), while ch.dropping holds back a new subscribe.
+func (h *hub) unsubscribeLocked(channel string, ch *wakeChannel) {
 	sub := ch.sub
 	ch.sub = nil
 	if h.releaseLocked(sub) {
 		h.forgetLocked(channel, ch)
 		h.mu.Unlock()
-		_ = sub.ps.Close() // the last channel: no unsubscribe needed
+		_ = sub.ps.Close()
 		return
 	}
 	dropping := make(chan struct{})
 	ch.dropping = dropping
-	ch.unsubs++
 	h.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
-	var err error
 	if h.sharded {
-		err = sub.ps.SUnsubscribe(ctx, channel)
+		_ = sub.ps.SUnsubscribe(ctx, channel)
 	} else {
-		err = sub.ps.Unsubscribe(ctx, channel)
-	}
-	if err != nil {
-		h.unanswered(channel)
+		_ = sub.ps.Unsubscribe(ctx, channel)
 	}
 	h.mu.Lock()
 	ch.dropping = nil
 	close(dropping)
 	h.forgetLocked(channel, ch)
 	h.mu.Unlock()
-}
-
-// unanswered takes back the count of an unsubscribe that could not be sent,
-// so that no answer is waited for.
-func (h *hub) unanswered(channel string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if ch := h.chans[channel]; ch != nil && ch.unsubs > 0 {
-		ch.unsubs--
-		h.forgetLocked(channel, ch)
-	}
 }
 
 // releaseLocked drops one channel from sub and reports whether it was the

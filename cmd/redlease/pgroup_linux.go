@@ -8,7 +8,9 @@ import (
 
 // onlyZombies reports whether every process still in process group pgid is
 // a zombie: exited, and only waiting to be collected by its parent. It reads
-// /proc, as pgrep -g does, and reports false if it cannot.
+// /proc, as pgrep -g does, and reports false if it cannot, or if it finds no
+// member at all: the caller knows the group exists, so its members are
+// hidden from this process (/proc mounted with hidepid), not gone.
 func onlyZombies(pgid int) bool {
 	dir, err := os.Open("/proc")
 	if err != nil {
@@ -19,6 +21,7 @@ func onlyZombies(pgid int) bool {
 	if err != nil {
 		return false
 	}
+	found := false
 	for _, name := range names {
 		if name[0] < '0' || name[0] > '9' {
 			continue
@@ -43,6 +46,7 @@ func onlyZombies(pgid int) bool {
 		if s := f[0]; len(s) != 1 || (s[0] != 'Z' && s[0] != 'X') {
 			return false
 		}
+		found = true
 	}
-	return true
+	return found
 }
