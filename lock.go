@@ -82,7 +82,9 @@ func isNil(v any) bool {
 // ContextTimeoutEnabled; otherwise its ReadTimeout and WriteTimeout do.
 //
 // Concurrent Close calls run one after the other; a lease that a Release of
-// the caller's is releasing at that moment is left to it.
+// the caller's is releasing at that moment is left to it. A lease whose
+// release got no answer (Close's error says which) may be released again
+// with Release; Close does not try twice.
 func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.err != nil {
 		return nil

@@ -59,7 +59,8 @@ type hub struct {
 
 type subscription struct {
 	ps    *redis.PubSub
-	count int // channels subscribed through it
+	addr  string // the node's address on Cluster, else ""
+	count int    // channels subscribed through it
 }
 
 type wakeChannel struct {
@@ -170,12 +171,35 @@ func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
 	}
 }
 
-// subscribed reports whether the waiter's channel is subscribed (or being
-// subscribed).
+// subscribed reports whether Redis confirmed the subscription of the
+// waiter's channel, through the node that serves it now. A waiter that finds
+// it is not calls subscribe, which also drops a subscription that stays
+// unconfirmed; and on Cluster it drops one through a node that no longer
+// serves the channel's slot: after a failover, or a migration whose
+// sunsubscribe was lost with its connection, go-redis keeps subscribing
+// through the old node's address, and no message would come.
 func (w *waiter) subscribed() bool {
-	w.h.mu.Lock()
-	defer w.h.mu.Unlock()
-	return w.h.chans[w.channel].sub != nil
+	h := w.h
+	var addr string
+	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
+		// The slot map is the one the waiter's acquire attempts keep up to
+		// date (they follow MOVED); reading it does no I/O once loaded.
+		if master, err := cc.MasterForKey(context.Background(), w.channel); err == nil {
+			addr = master.Options().Addr
+		}
+	}
+	h.mu.Lock()
+	ch := h.chans[w.channel]
+	switch {
+	case ch.sub == nil || !isClosed(ch.ready):
+		h.mu.Unlock()
+		return false
+	case addr != "" && ch.sub.addr != addr:
+		h.unsubscribeLocked(w.channel, ch)
+		return false
+	}
+	h.mu.Unlock()
+	return true
 }
 
 // subscribe subscribes the waiter's channel if it is not, and waits up to
@@ -294,7 +318,7 @@ func (h *hub) subscriptionLocked(ctx context.Context, conn redis.UniversalClient
 	} else {
 		ps = conn.Subscribe(ctx)
 	}
-	sub := &subscription{ps: ps}
+	sub := &subscription{ps: ps, addr: addr}
 	h.subs[addr] = sub
 	msgs := ps.ChannelWithSubscriptions()
 	h.recv.Add(1)
@@ -366,19 +390,19 @@ func (h *hub) confirm(sub *subscription, m *redis.Subscription) (unsubscribe, la
 			}
 		}
 	case "unsubscribe", "sunsubscribe":
-		// The answer to dropIdle's unsubscribe arrives while the channel
-		// has no subscription, or, if a waiter subscribed it again since,
-		// before that subscribe is confirmed (Redis answers one connection
-		// in order, and that subscribe was sent after the unsubscribe). An
-		// sunsubscribe to a confirmed subscription is unasked: on Cluster,
-		// the slot moved to another node. Waiters fall back on their timers
+		// The answer to the hub's own unsubscribe arrives while the
+		// channel has no subscription or, if a waiter subscribed it again
+		// since, before that subscribe is confirmed: Redis answers one
+		// connection in order, and the subscribe was sent after the
+		// unsubscribe. An sunsubscribe to a confirmed subscription is taken
+		// for a slot migration (and if it was a late answer after all, the
+		// cost is one more subscribe): waiters fall back on their timers
 		// and subscribe again through the new owner.
 		if m.Kind == "sunsubscribe" && ch.sub == sub && isClosed(ch.ready) {
 			ch.sub = nil
-			if h.releaseLocked(sub) {
-				return false, true
-			}
-			return true, false
+			last := h.releaseLocked(sub)
+			h.forgetLocked(m.Channel, ch)
+			return !last, last
 		}
 	}
 	return false, false
