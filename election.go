@@ -2,7 +2,6 @@ package redlease
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,12 +25,6 @@ type Election struct {
 	name string
 	opts []Option
 }
-
-//go:embed leader.lua
-var leaderSrc string
-
-// leaderScript records a term's value while the term's lease is still ours.
-var leaderScript = redis.NewScript(leaderSrc)
 
 // ErrNoLeader is returned by Election.Leader when nobody leads.
 var ErrNoLeader = errors.New("redlease: no leader")

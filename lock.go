@@ -117,7 +117,6 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 	var (
 		start   = time.Now()
 		send    []*Lease
-		args    [][]any
 		timeout time.Duration
 		errs    []error
 	)
@@ -132,7 +131,7 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 			l.reportRelease(ctx, start, l.relErr)
 			errs = append(errs, l.relErr)
 		default:
-			send, args = append(send, l), append(args, c.releaseArgs(&l.keys, &l.owner, ""))
+			send = append(send, l)
 			timeout = max(timeout, l.cfg.releaseTimeout)
 		}
 	}
@@ -146,7 +145,8 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 		rctx, cancelAt = context.WithDeadline(rctx, deadline)
 		defer cancelAt()
 	}
-	for i, cmd := range releaseScript.runAll(rctx, c.rdb, args, intReply) {
+	args := func(i int) []any { return c.releaseArgs(&send[i].keys, &send[i].owner, "") }
+	for i, cmd := range releaseScript.runAll(rctx, c.rdb, len(send), args, intReply) {
 		n, err := cmd.(*redis.IntCmd).Result()
 		if err := send[i].endRelease(ctx, start, n == 1, err); err != nil {
 			errs = append(errs, err)
@@ -360,8 +360,7 @@ func (l *Lease) discard(cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state == stateLapsed { // while the acquire call was drawing its fence
-		l.timer.Stop()
-		l.c.untrack(l)
+		l.untrackLocked()
 		return
 	}
 	l.endLocked(stateDiscarded, cause)
@@ -459,10 +458,7 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 		// down does not leave the resource blocked.
 		l.timer.Reset(l.cfg.ttl)
 	} else {
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		l.c.untrack(l)
+		l.untrackLocked()
 	}
 	if (s == stateLost || s == stateLapsed) && l.out && len(l.cfg.observers) > 0 {
 		now := time.Now()
@@ -476,6 +472,15 @@ func (l *Lease) endLocked(s leaseState, cause error) {
 		l.cfg.observe(l.ctx, Event{Kind: EventLost, Outcome: outcome, Resource: l.resource, Owner: l.owner,
 			Fence: l.fence, Start: now, End: now, Held: now.Sub(l.acquired), Err: cause})
 	}
+}
+
+// untrackLocked stops the lease's timer and takes it out of the set that
+// Close releases: nothing of it is left for Close to do.
+func (l *Lease) untrackLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.c.untrack(l)
 }
 
 // extendLocked moves the local deadline to a renewal's send time plus the
@@ -495,10 +500,12 @@ func (l *Lease) errorLocked() error {
 	return context.Cause(l.ctx)
 }
 
-func (l *Lease) active() bool {
+// liveUntil returns the local deadline of an active lease, and false for a
+// lease that has ended.
+func (l *Lease) liveUntil() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state == stateActive
+	return l.deadline, l.state == stateActive
 }
 
 // renewed records the outcome of a renew request sent at sent: nil if the
@@ -624,8 +631,7 @@ func (l *Lease) beginRelease() bool {
 		l.relDone, l.relErr = true, l.errorLocked()
 		return false
 	case stateLapsed: // Close need not release it any more
-		l.timer.Stop()
-		l.c.untrack(l)
+		l.untrackLocked()
 	}
 	l.endLocked(stateReleased, ErrReleased)
 	return true

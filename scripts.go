@@ -43,6 +43,10 @@ var (
 	//go:embed inspect.lua
 	inspectSrc    string
 	inspectScript = newScript(inspectSrc)
+
+	//go:embed leader.lua
+	leaderSrc    string
+	leaderScript = newScript(leaderSrc)
 )
 
 // withQueue returns src with queue.lua's functions inserted at its line
@@ -118,23 +122,23 @@ func (s *script) run(ctx context.Context, p processor, args []any, newCmd func(c
 	return cmd
 }
 
-// runAll runs the script once per argument list (command's args), in
-// pipelines of at most maxBatch commands, each sent as EVALSHA and sent again
-// as EVAL to a server that does not have the script. On Redis Cluster,
-// go-redis splits each pipeline by node. The commands' errors are their own;
-// every command gets an answer or an error.
-func (s *script) runAll(ctx context.Context, rdb redis.UniversalClient, args [][]any,
+// runAll runs the script n times, the i-th time with command args(i) (see
+// command; args makes a new slice on every call), in pipelines of at most
+// maxBatch commands, each sent as EVALSHA and sent again as EVAL to a server
+// that does not have the script. On Redis Cluster, go-redis splits each
+// pipeline by node. Every command gets an answer or an error of its own.
+func (s *script) runAll(ctx context.Context, rdb redis.UniversalClient, n int, args func(i int) []any,
 	newCmd func(context.Context, ...any) scriptCmd) []scriptCmd {
-	cmds := make([]scriptCmd, len(args))
-	if len(args) == 1 {
-		cmds[0] = s.run(ctx, rdb, args[0], newCmd)
+	cmds := make([]scriptCmd, n)
+	if n == 1 {
+		cmds[0] = s.run(ctx, rdb, args(0), newCmd)
 		return cmds
 	}
-	for from := 0; from < len(args); from += maxBatch {
-		batch := cmds[from:min(from+maxBatch, len(args))]
+	for from := 0; from < n; from += maxBatch {
+		batch := cmds[from:min(from+maxBatch, n)]
 		pipe := rdb.Pipeline()
 		for i := range batch {
-			batch[i] = s.command(ctx, args[from+i], false, newCmd)
+			batch[i] = s.command(ctx, args(from+i), false, newCmd)
 			_ = pipe.Process(ctx, batch[i])
 		}
 		_, _ = pipe.Exec(ctx)
@@ -150,7 +154,7 @@ func (s *script) runAll(ctx context.Context, rdb redis.UniversalClient, args [][
 		// The server lost its script cache: send the source.
 		pipe = rdb.Pipeline()
 		for _, i := range retry {
-			batch[i] = s.command(ctx, slices.Clone(args[from+i]), true, newCmd)
+			batch[i] = s.command(ctx, args(from+i), true, newCmd)
 			_ = pipe.Process(ctx, batch[i])
 		}
 		_, _ = pipe.Exec(ctx)

@@ -181,12 +181,10 @@ func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
 func (w *waiter) subscribed() bool {
 	h := w.h
 	var addr string
-	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
-		// The slot map is the one the waiter's acquire attempts keep up to
-		// date (they follow MOVED); reading it does no I/O once loaded.
-		if master, err := cc.MasterForKey(context.Background(), w.channel); err == nil {
-			addr = master.Options().Addr
-		}
+	// The slot map is the one the waiter's acquire attempts keep up to date
+	// (they follow MOVED); reading it does no I/O once loaded.
+	if master, err := h.master(context.Background(), w.channel); err == nil && master != nil {
+		addr = master.Options().Addr
 	}
 	h.mu.Lock()
 	ch := h.chans[w.channel]
@@ -211,11 +209,11 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 	// On Cluster, find the channel's node before taking h.mu: it may have
 	// to load the cluster's slots, and deliveries must not wait for that.
 	var node redis.UniversalClient = h.rdb
-	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
-		master, err := cc.MasterForKey(ctx, w.channel)
-		if err != nil {
-			return false
-		}
+	master, err := h.master(ctx, w.channel)
+	if err != nil {
+		return false
+	}
+	if master != nil {
 		node = master
 	}
 	h.mu.Lock()
@@ -253,7 +251,6 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 
 	// Sent outside h.mu: the connection may be slow. go-redis remembers the
 	// channel and subscribes again after a reconnect.
-	var err error
 	if h.sharded {
 		err = sub.ps.SSubscribe(ctx, w.channel)
 	} else {
@@ -266,6 +263,15 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 		h.abandon(w.channel, ch, sub, ready)
 	}
 	return false
+}
+
+// master returns the Cluster master that serves channel's slot, or nil
+// without Cluster.
+func (h *hub) master(ctx context.Context, channel string) (*redis.Client, error) {
+	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, channel)
+	}
+	return nil, nil
 }
 
 // abandon drops a subscription that was not sent, or not confirmed within

@@ -167,15 +167,19 @@ func (w *watchdog) renew(batch []*Lease) {
 	// lease that was still active at its send time (S4).
 	sent := time.Now()
 	live := batch[:0]
+	var first time.Time // the earliest local deadline among them
 	for _, l := range batch {
 		// A lease past its local deadline is about to end: its timer has
 		// fired or will at once. Renewing it could only extend in Redis a
 		// lease that its holder is told it has lost.
-		if l.active() && sent.Before(l.Deadline()) {
+		if d, ok := l.liveUntil(); ok && sent.Before(d) {
 			live = append(live, l)
+			if first.IsZero() || d.Before(first) {
+				first = d
+			}
 		}
 	}
-	oks, errs := w.send(live)
+	oks, errs := w.send(live, first)
 	type requeue struct {
 		l  *Lease
 		at time.Time
@@ -205,9 +209,9 @@ func (w *watchdog) renew(batch []*Lease) {
 	w.signalLocked()
 }
 
-// send renews leases and returns, per lease, whether Redis renewed it and the
-// request error.
-func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
+// send renews leases, whose earliest local deadline is first, and returns,
+// per lease, whether Redis renewed it and the request error.
+func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []error) {
 	oks, errs = make([]bool, len(leases)), make([]error, len(leases))
 	if len(leases) == 0 {
 		return oks, errs
@@ -217,17 +221,10 @@ func (w *watchdog) send(leases []*Lease) (oks []bool, errs []error) {
 	// allows, so a retry never renews in Redis a lease whose holder has
 	// already been told it is lost (S4). go-redis's own timeouts may end it
 	// sooner.
-	first := leases[0].Deadline()
-	args := make([][]any, len(leases))
-	for i, l := range leases {
-		if d := l.Deadline(); d.Before(first) {
-			first = d
-		}
-		args[i] = l.refreshArgs()
-	}
 	ctx, cancel := context.WithDeadline(context.Background(), first)
 	defer cancel()
-	for i, cmd := range refreshScript.runAll(ctx, w.rdb, args, intReply) {
+	args := func(i int) []any { return leases[i].refreshArgs() }
+	for i, cmd := range refreshScript.runAll(ctx, w.rdb, len(leases), args, intReply) {
 		oks[i], errs[i] = isOne(cmd)
 	}
 	return oks, errs
