@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestInspect(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
 	ctx := t.Context()
 
@@ -32,7 +33,7 @@ func TestInspect(t *testing.T) {
 		_, err := c.Acquire(wctx, "inv:1")
 		waiting <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool {
+	servertest.WaitFor(t, 5*time.Second, func() bool {
 		st, err := c.Inspect(ctx, "inv:1")
 		return err == nil && st.Waiters == 1
 	})
@@ -67,7 +68,7 @@ func TestInspect(t *testing.T) {
 }
 
 func TestBreakOnMiniredis(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithAutoRenew(false))
 	ctx := t.Context()
 
@@ -100,7 +101,7 @@ func TestBreakOnMiniredis(t *testing.T) {
 // Break reports every call that reaches Redis to the Client's observers and
 // to those of the call, with the lease it found.
 func TestBreakReportsToObservers(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	def, extra := &recorder{}, &recorder{}
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -165,7 +166,7 @@ func TestBreakReportsToObservers(t *testing.T) {
 // A holder whose lease an operator broke finds out at its next renewal; the
 // first waiter is woken at once, and the next holder's fence is larger.
 func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	holder := New(rdb, WithTTL(900*time.Millisecond))
@@ -190,7 +191,7 @@ func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 		}
 		got <- b
 	}()
-	waitFor(t, 10*time.Second, func() bool {
+	servertest.WaitFor(t, 10*time.Second, func() bool {
 		st, err := admin.Inspect(ctx, "job")
 		return err == nil && st.Waiters == 1
 	})
@@ -221,7 +222,7 @@ func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 }
 
 func TestIntegrationScan(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	// A prefix with glob characters must match only itself.
@@ -283,7 +284,7 @@ func TestIntegrationScan(t *testing.T) {
 }
 
 func TestIntegrationAdminOnCluster(t *testing.T) {
-	_, cc := startCluster(t, 3)
+	_, cc := servertest.Cluster(t, 3)
 	ctx := t.Context()
 	c := New(cc, WithAutoRenew(false))
 	var names []string

@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestAdvanceFenceNeverMovesBack(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	ctx := t.Context()
 
@@ -53,8 +54,8 @@ func TestAdvanceFenceNeverMovesBack(t *testing.T) {
 }
 
 func TestAdvanceFenceRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
-	_, rdb := newMini(t)
-	h := &countingHook{}
+	_, rdb := servertest.Mini(t)
+	h := &servertest.CountingHook{}
 	rdb.AddHook(h)
 	c := New(rdb)
 	for _, atLeast := range []int64{0, -1, MaxFence + 1, 1<<63 - 1} {
@@ -67,7 +68,7 @@ func TestAdvanceFenceRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = New(nil).AdvanceFence(t.Context(), "r", 5)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	require.Zero(t, h.cmds.Load(), "no command was sent")
+	require.Zero(t, h.Cmds.Load(), "no command was sent")
 }
 
 // The repair story: a guard has accepted fence 3; the lock's Redis loses its
@@ -76,9 +77,9 @@ func TestAdvanceFenceRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 // the guard reported lets the next holder through with 4.
 func TestIntegrationAdvanceFenceRepairsACounterThatWentBack(t *testing.T) {
 	ctx := t.Context()
-	lockRdb := startRedis(t).Client(t)
+	lockRdb := servertest.Redis(t).Client(t)
 	locks := New(lockRdb, WithTTL(5*time.Second))
-	guard := NewRedisGuard(startRedis(t).Client(t)) // the resource's own Redis
+	guard := NewRedisGuard(servertest.Redis(t).Client(t)) // the resource's own Redis
 	const resource, key = "report:9", "{report:9}:body"
 	write := func(l *Lease) error { return guard.Set(ctx, key, l.Owner(), 0, l.Fence(), l.Owner()) }
 	holder := func(wantFence int64) *Lease {

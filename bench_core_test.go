@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // Benchmarks of the hot paths, on a real redis-server (skipped without one,
@@ -25,7 +27,7 @@ import (
 // 2) and the goroutines started (goroutines/op). "scripts" runs the same two scripts by hand with EVALSHA, keys and
 // owner token made once: the floor that the rest of the client adds to.
 func BenchmarkAcquireRelease(b *testing.B) {
-	srv := startRedis(b)
+	srv := servertest.Redis(b)
 	pair := func(opts ...Option) func(*Client) func(context.Context) error {
 		return func(c *Client) func(context.Context) error {
 			return func(ctx context.Context) error {
@@ -70,7 +72,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
-			hook := &countingHook{}
+			hook := &servertest.CountingHook{}
 			rdb := srv.Client(b)
 			rdb.AddHook(hook)
 			c := New(rdb, WithTTL(10*time.Second))
@@ -81,7 +83,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			hook.cmds.Store(0)
+			hook.Cmds.Store(0)
 			g0 := goroutinesCreated()
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -91,7 +93,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(hook.cmds.Load())/float64(b.N), "cmds/op")
+			b.ReportMetric(float64(hook.Cmds.Load())/float64(b.N), "cmds/op")
 			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 		})
 	}
@@ -117,8 +119,8 @@ func benchmarkRenewBatch(b *testing.B, n int) {
 		ttl      = 300 * time.Millisecond
 		interval = 100 * time.Millisecond
 	)
-	srv := startRedis(b)
-	hook := &countingHook{}
+	srv := servertest.Redis(b)
+	hook := &servertest.CountingHook{}
 	rdb := srv.Client(b)
 	rdb.AddHook(hook)
 	c := New(rdb, WithTTL(ttl), WithRenewInterval(interval))
@@ -136,15 +138,15 @@ func benchmarkRenewBatch(b *testing.B, n int) {
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cpu0 := processCPU()
-	hook.cmds.Store(0)
+	hook.Cmds.Store(0)
 	b.ResetTimer()
 	t := time.NewTicker(interval / 10)
 	defer t.Stop()
-	for hook.cmds.Load() < int64(b.N) {
+	for hook.Cmds.Load() < int64(b.N) {
 		<-t.C
 	}
 	b.StopTimer()
-	renewals := float64(hook.cmds.Load())
+	renewals := float64(hook.Cmds.Load())
 	cpu := processCPU() - cpu0
 	runtime.ReadMemStats(&ms1)
 	for _, l := range leases {

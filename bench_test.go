@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // BenchmarkHandoff measures how fast a released lease reaches the next
@@ -30,8 +32,8 @@ func BenchmarkHandoff(b *testing.B) {
 func benchmarkHandoff(b *testing.B, n int, opts ...Option) {
 	{
 		{
-			srv := startRedis(b)
-			hook := &countingHook{}
+			srv := servertest.Redis(b)
+			hook := &servertest.CountingHook{}
 			clients := make([]*Client, n)
 			for i := range clients {
 				rdb := srv.Client(b)
@@ -59,7 +61,7 @@ func benchmarkHandoff(b *testing.B, n int, opts ...Option) {
 			)
 			left.Store(int64(b.N))
 			lastRelease.Store(-1)
-			hook.cmds.Store(0)
+			hook.Cmds.Store(0)
 			b.ResetTimer()
 			for _, c := range clients {
 				wg.Add(1)
@@ -95,7 +97,7 @@ func benchmarkHandoff(b *testing.B, n int, opts ...Option) {
 			slices.Sort(handoffs)
 			b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds()), "p50-µs")
 			b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "p99-µs")
-			b.ReportMetric(float64(hook.cmds.Load())/float64(b.N), "cmds/handoff")
+			b.ReportMetric(float64(hook.Cmds.Load())/float64(b.N), "cmds/handoff")
 		}
 	}
 }

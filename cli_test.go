@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -64,7 +65,7 @@ func TestCLI(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/redlease").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	c := cli{bin: bin, url: "redis://" + srv.Addr}
 	locks := New(srv.Client(t))
 	t.Cleanup(func() { _ = locks.Close(context.Background()) })
@@ -170,7 +171,7 @@ func TestCLI(t *testing.T) {
 			// runs out between failed attempts (once taken for busy).
 			"?max_retries=-1&pool_size=2",
 		} {
-			srv := startRedis(t)
+			srv := servertest.Redis(t)
 			c := cli{bin: bin, url: "redis://" + srv.Addr + query}
 			other := New(srv.Client(t), WithAutoRenew(false), WithTTL(time.Minute))
 			_, err := other.TryAcquire(t.Context(), "gone")
@@ -180,11 +181,11 @@ func TestCLI(t *testing.T) {
 			defer cancel()
 			cmd, _, errOut := c.command(ctx, "run", "-wait", "3s", "gone", "--", "true")
 			require.NoError(t, cmd.Start())
-			waitFor(t, 10*time.Second, func() bool {
+			servertest.WaitFor(t, 10*time.Second, func() bool {
 				st, err := other.Inspect(t.Context(), "gone")
 				return err == nil && st.Waiters == 1
 			})
-			srv.stop()
+			srv.Stop()
 			_ = other.Close(context.Background())
 			err = cmd.Wait()
 			var exit *exec.ExitError
@@ -213,7 +214,7 @@ func TestCLI(t *testing.T) {
 			cmd, _, errOut := c.command(ctx, "run", "-ttl", "1500ms", "-grace", "300ms", res, "--",
 				"sh", "-c", tc.script, "sh", sub)
 			require.NoError(t, cmd.Start())
-			waitFor(t, 10*time.Second, func() bool {
+			servertest.WaitFor(t, 10*time.Second, func() bool {
 				data, _ := os.ReadFile(filepath.Join(sub, "log"))
 				return strings.Contains(string(data), "started")
 			})
@@ -235,7 +236,7 @@ func TestCLI(t *testing.T) {
 			require.Contains(t, errOut.String(), "sending it SIGKILL")
 			pid, err := os.ReadFile(filepath.Join(sub, "pid"))
 			require.NoError(t, err)
-			waitFor(t, 10*time.Second, func() bool { return gone(strings.TrimSpace(string(pid))) })
+			servertest.WaitFor(t, 10*time.Second, func() bool { return gone(strings.TrimSpace(string(pid))) })
 		}
 	})
 
@@ -247,7 +248,7 @@ func TestCLI(t *testing.T) {
 		cmd, out, errOut := c.command(ctx, "run", "sig", "--", "sh", "-c",
 			`trap 'echo got-TERM; exit 0' TERM; echo started > "$1/log"; while :; do sleep 0.05; done`, "sh", sub)
 		require.NoError(t, cmd.Start())
-		waitFor(t, 10*time.Second, func() bool {
+		servertest.WaitFor(t, 10*time.Second, func() bool {
 			_, err := os.Stat(filepath.Join(sub, "log"))
 			return err == nil
 		})
@@ -273,7 +274,7 @@ func TestCLI(t *testing.T) {
 			`echo $$ > "$1/pid"; while :; do sleep 0.05; done`, "sh", sub)
 		require.NoError(t, cmd.Start())
 		var pid []byte
-		waitFor(t, 10*time.Second, func() bool {
+		servertest.WaitFor(t, 10*time.Second, func() bool {
 			pid, _ = os.ReadFile(filepath.Join(sub, "pid"))
 			return strings.HasSuffix(string(pid), "\n")
 		})
@@ -286,7 +287,7 @@ func TestCLI(t *testing.T) {
 		})
 		require.NoError(t, cmd.Process.Kill())
 		_ = cmd.Wait()
-		waitFor(t, 10*time.Second, func() bool { return gone(strconv.Itoa(n)) })
+		servertest.WaitFor(t, 10*time.Second, func() bool { return gone(strconv.Itoa(n)) })
 	})
 
 	t.Run("StatusListBreak", func(t *testing.T) {
@@ -345,7 +346,7 @@ func TestCLI(t *testing.T) {
 	// A Redis Cluster, through a redis+cluster:// URL.
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
-		nodes, cc := startCluster(t, 3)
+		nodes, cc := servertest.Cluster(t, 3)
 		var addrs []string
 		for _, n := range nodes {
 			addrs = append(addrs, n.Addr)

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestAcquireAllIsAllOrNothing(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
-	hook := &countingHook{}
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	ctx := t.Context()
 	c := New(rdb)
@@ -42,7 +43,7 @@ func TestAcquireAllIsAllOrNothing(t *testing.T) {
 		}
 		done <- ls
 	}()
-	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "b")) == 1 })
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "b")) == 1 })
 	require.NoError(t, held.Release(ctx)) // wakes the set's acquisition
 	ls := recv(t, done, 30*time.Second)
 	require.Len(t, ls, 3)
@@ -52,16 +53,16 @@ func TestAcquireAllIsAllOrNothing(t *testing.T) {
 	require.Equal(t, int64(1), ls[0].Fence())
 	require.Equal(t, int64(2), ls[1].Fence(), "each resource keeps its own counter")
 	require.Empty(t, queued(t, rdb, "b"))
-	before := hook.cmds.Load()
+	before := hook.Cmds.Load()
 	for _, l := range ls {
 		require.NoError(t, l.Release(ctx))
 	}
-	require.Equal(t, int64(3), hook.cmds.Load()-before)
+	require.Equal(t, int64(3), hook.Cmds.Load()-before)
 
-	before = hook.cmds.Load()
+	before = hook.Cmds.Load()
 	ls, err = c.TryAcquireAll(ctx, []string{"x", "y", "z"})
 	require.NoError(t, err)
-	require.Equal(t, int64(1), hook.cmds.Load()-before, "one script, one round trip")
+	require.Equal(t, int64(1), hook.Cmds.Load()-before, "one script, one round trip")
 	require.NoError(t, errors.Join(ls[0].Release(ctx), ls[1].Release(ctx), ls[2].Release(ctx)))
 
 	for _, bad := range [][]string{nil, {"a", "a"}, {"a", ""}} {
@@ -73,7 +74,7 @@ func TestAcquireAllIsAllOrNothing(t *testing.T) {
 }
 
 func TestAcquireAllAcrossClusterSlots(t *testing.T) {
-	_, cc := startCluster(t, 3)
+	_, cc := servertest.Cluster(t, 3)
 	ctx := t.Context()
 	c := New(cc)
 	resources := []string{"orders", "payments", "users", "{tenant}:a", "{tenant}:b"}
@@ -99,7 +100,7 @@ func TestAcquireAllAcrossClusterSlots(t *testing.T) {
 }
 
 func TestDoReleasesOnEveryPath(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb)
 	ctx := t.Context()
 
@@ -127,12 +128,12 @@ func TestDoReleasesOnEveryPath(t *testing.T) {
 }
 
 func TestElectionHandOverWhenLeaderStalls(t *testing.T) {
-	srv := startRedis(t)
-	proxy := startProxy(t, srv.Addr)
+	srv := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, srv.Addr)
 	ctx := t.Context()
 	const ttl = 600 * time.Millisecond
 	// The first leader reaches Redis through a proxy that will stall.
-	a := NewElection(New(newClient(t, proxy.Addr())), "cron", WithTTL(ttl))
+	a := NewElection(New(servertest.NewClient(t, proxy.Addr())), "cron", WithTTL(ttl))
 	b := NewElection(New(srv.Client(t)), "cron", WithTTL(ttl))
 
 	_, err := b.Leader(ctx)
@@ -179,7 +180,7 @@ func TestElectionHandOverWhenLeaderStalls(t *testing.T) {
 // plain SET, and Leader then showed the real leader with Value "" for its
 // whole term.
 func TestCampaignDoesNotOverwriteTheNextLeadersValue(t *testing.T) {
-	s := startRedis(t)
+	s := servertest.Redis(t)
 	ctx := context.Background()
 	rdbA := s.Client(t)
 	gate := &gateHook{key: "redlease:{cron}:leader", gate: make(chan struct{})}
@@ -196,8 +197,8 @@ func TestCampaignDoesNotOverwriteTheNextLeadersValue(t *testing.T) {
 	}
 	resA := make(chan result, 1)
 	go func() { l, err := ea.Campaign(ctx, "host-a"); resA <- result{l, err} }()
-	waitFor(t, 2*time.Second, gate.stalled.Load) // A elected, its record (and renewals) held
-	lb, err := eb.Campaign(ctx, "host-b")        // B elected once A's lease expires
+	servertest.WaitFor(t, 2*time.Second, gate.stalled.Load) // A elected, its record (and renewals) held
+	lb, err := eb.Campaign(ctx, "host-b")                   // B elected once A's lease expires
 	require.NoError(t, err)
 	close(gate.gate) // A resumes: its record reaches Redis
 	gotA := recv(t, resA, 10*time.Second)
@@ -243,7 +244,7 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // not handed out, even though Redis still held its lease and took the record:
 // the caller would lead under a context that has already ended.
 func TestCampaignFailsIfTheTermEndedWhileRecording(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	ctx := t.Context()
 	c := New(rdb)
 	defer c.Close(ctx)
@@ -294,7 +295,7 @@ func (h *beforeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // The record's script names both of its keys, which share the election's
 // hash slot, so a campaign works on Redis Cluster.
 func TestCampaignOnCluster(t *testing.T) {
-	_, cc := startCluster(t, 3)
+	_, cc := servertest.Cluster(t, 3)
 	ctx := t.Context()
 	c := New(cc)
 	defer c.Close(ctx)
@@ -310,7 +311,7 @@ func TestCampaignOnCluster(t *testing.T) {
 // After Close, the calls that only read or repair (and an election's) return
 // ErrClientClosed before any round trip, as the acquire calls do.
 func TestAdminCallsAfterCloseReturnErrClientClosed(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	ctx := t.Context()
 	c := New(rdb)
 	_, err := c.LastFence(ctx, "r")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,7 +55,7 @@ type resourceStore struct {
 }
 
 func newResourceStore(t *testing.T, h *history) *resourceStore {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	return &resourceStore{guard: NewRedisGuard(srv.Client(t)), h: h, addr: srv.Addr}
 }
 
@@ -206,7 +207,7 @@ func TestFaultElectionLeaderPause(t *testing.T) {
 // (in this process) takes over and writes, resumes it, and makes it write.
 func testPausedHolder(t *testing.T, mode string, take func(context.Context, *Client, string) (*Lease, error)) {
 	h := newHistory()
-	lock := startRedis(t)
+	lock := servertest.Redis(t)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 
@@ -284,7 +285,7 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 
 func TestFaultServerPause(t *testing.T) {
 	h := newHistory()
-	lock := startRedis(t)
+	lock := servertest.Redis(t)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	c := New(lock.Client(t), faultOpts(h)...)
@@ -294,9 +295,9 @@ func TestFaultServerPause(t *testing.T) {
 	a, err := h.Acquire(ctx, 1, c, "short", false)
 	require.NoError(t, err)
 	for range 3 {
-		lock.signal(t, syscall.SIGSTOP)
+		lock.Signal(t, syscall.SIGSTOP)
 		time.Sleep(faultTTL / 10)
-		lock.signal(t, syscall.SIGCONT)
+		lock.Signal(t, syscall.SIGCONT)
 		time.Sleep(faultTTL / 2)
 	}
 	require.NoError(t, a.Context().Err(), "pauses shorter than the margin do not end the lease")
@@ -309,7 +310,7 @@ func TestFaultServerPause(t *testing.T) {
 		start func()
 		end   func()
 	}{
-		{"SIGSTOP", func() { lock.signal(t, syscall.SIGSTOP) }, func() { lock.signal(t, syscall.SIGCONT) }},
+		{"SIGSTOP", func() { lock.Signal(t, syscall.SIGSTOP) }, func() { lock.Signal(t, syscall.SIGCONT) }},
 		{"CLIENT PAUSE", func() {
 			require.NoError(t, lock.Client(t).Do(ctx, "CLIENT", "PAUSE", (3*faultTTL).Milliseconds(), "ALL").Err())
 		}, func() {}},
@@ -340,12 +341,12 @@ func TestFaultServerPause(t *testing.T) {
 
 func TestFaultBlackhole(t *testing.T) {
 	h := newHistory()
-	lock := startRedis(t)
-	proxy := startProxy(t, lock.Addr)
+	lock := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, lock.Addr)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	direct := lock.Client(t)
-	a := New(newClient(t, proxy.Addr()), faultOpts(h)...)
+	a := New(servertest.NewClient(t, proxy.Addr()), faultOpts(h)...)
 	b := New(direct, faultOpts(h)...)
 	defer a.Close(ctx)
 	defer b.Close(ctx)
@@ -380,8 +381,8 @@ func TestFaultBlackhole(t *testing.T) {
 
 func TestFaultLostReplies(t *testing.T) {
 	h := newHistory()
-	lock := startRedis(t)
-	proxy := startProxy(t, lock.Addr)
+	lock := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, lock.Addr)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
@@ -420,18 +421,18 @@ func TestFaultLostReplies(t *testing.T) {
 
 func TestFaultLateRelease(t *testing.T) {
 	h := newHistory()
-	lock := startRedis(t)
-	proxy := startProxy(t, lock.Addr)
+	lock := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, lock.Addr)
 	ctx := t.Context()
 	direct := lock.Client(t)
-	a := New(newClient(t, proxy.Addr()), faultOpts(h, WithAutoRenew(false))...)
+	a := New(servertest.NewClient(t, proxy.Addr()), faultOpts(h, WithAutoRenew(false))...)
 	b := New(direct, faultOpts(h)...)
 	defer a.Close(ctx)
 	defer b.Close(ctx)
 
 	la, err := h.Acquire(ctx, 1, a, "r", false)
 	require.NoError(t, err)
-	proxy.Delay(toServer, 2*faultTTL) // A's release will arrive late
+	proxy.Delay(servertest.ToServer, 2*faultTTL) // A's release will arrive late
 	released := make(chan error, 1)
 	go func() { released <- h.Release(ctx, 1, la) }()
 	lb, err := h.Acquire(ctx, 2, b, "r", true, WithMaxWait(5*faultTTL))
@@ -449,7 +450,7 @@ func TestFaultLateRelease(t *testing.T) {
 
 func TestFaultRestartWithoutPersistence(t *testing.T) {
 	h := newHistory()
-	lock := startRedis(t)
+	lock := servertest.Redis(t)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	rdb := lock.Client(t)
@@ -464,7 +465,7 @@ func TestFaultRestartWithoutPersistence(t *testing.T) {
 		require.NoError(t, h.Release(ctx, 1, l))
 	}
 
-	lock.restart(t) // the counter is gone
+	lock.Restart(t) // the counter is gone
 	l, err := h.Acquire(ctx, 2, c, "r", true, WithMaxWait(5*faultTTL))
 	require.NoError(t, err)
 	require.Less(t, l.Fence(), last, "the fence went back")
@@ -486,14 +487,14 @@ func TestFaultRestartWithoutPersistence(t *testing.T) {
 
 func TestFaultRestartWithAOF(t *testing.T) {
 	h := newHistory()
-	lock := startRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	lock := servertest.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
 	ctx := t.Context()
 	c := New(lock.Client(t), faultOpts(h)...)
 	defer c.Close(ctx)
 	var fences []int64
 	for i := range 6 {
 		if i == 3 {
-			lock.restart(t)
+			lock.Restart(t)
 		}
 		l, err := h.Acquire(ctx, 1, c, "r", true, WithMaxWait(5*faultTTL))
 		require.NoError(t, err)
@@ -508,14 +509,14 @@ func TestFaultRestartWithAOF(t *testing.T) {
 
 func TestFaultReplicationCut(t *testing.T) {
 	h := newHistory()
-	master := startRedis(t)
-	link := startProxy(t, master.Addr)
+	master := servertest.Redis(t)
+	link := servertest.StartProxy(t, master.Addr)
 	host, port, _ := net.SplitHostPort(link.Addr())
-	replica := startRedis(t, "--replicaof", host, port)
+	replica := servertest.Redis(t, "--replicaof", host, port)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	mrdb := master.Client(t)
-	waitReplicated(t, mrdb)
+	servertest.WaitReplicated(t, mrdb)
 	onMaster := New(mrdb, faultOpts(h)...)
 	defer onMaster.Close(ctx)
 
@@ -550,7 +551,7 @@ func TestFaultReplicationCut(t *testing.T) {
 
 func TestFaultCluster(t *testing.T) {
 	h := newHistory()
-	nodes, cc := startCluster(t, 3)
+	nodes, cc := servertest.Cluster(t, 3)
 	store := newResourceStore(t, h)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -571,8 +572,8 @@ func TestFaultCluster(t *testing.T) {
 	time.Sleep(2 * faultTTL)
 
 	restarted := time.Now()
-	nodes[1].restart(t) // a master loses its data mid-run and rejoins
-	waitFor(t, 30*time.Second, func() bool {
+	nodes[1].Restart(t) // a master loses its data mid-run and rejoins
+	servertest.WaitFor(t, 30*time.Second, func() bool {
 		info, err := cc.ClusterInfo(ctx).Result()
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	})
@@ -587,24 +588,24 @@ func TestFaultCluster(t *testing.T) {
 
 func TestFaultSentinelFailover(t *testing.T) {
 	h := newHistory()
-	master := startRedis(t)
+	master := servertest.Redis(t)
 	mhost, mport, _ := net.SplitHostPort(master.Addr)
-	replica := startRedis(t, "--replicaof", mhost, mport)
+	replica := servertest.Redis(t, "--replicaof", mhost, mport)
 	var sentinels []string
 	for range 3 {
 		conf := filepath.Join(t.TempDir(), "sentinel.conf")
 		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(
 			"sentinel monitor mymaster %s %s 2\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
 			mhost, mport)), 0o644))
-		sentinels = append(sentinels, startRedisConf(t, conf, "--sentinel").Addr)
+		sentinels = append(sentinels, servertest.RedisConf(t, conf, "--sentinel").Addr)
 	}
 	store := newResourceStore(t, h)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinels[0]})
 	t.Cleanup(func() { _ = sc.Close() })
-	waitReplicated(t, master.Client(t))
-	waitFor(t, 30*time.Second, func() bool {
+	servertest.WaitReplicated(t, master.Client(t))
+	servertest.WaitFor(t, 30*time.Second, func() bool {
 		replicas, err := sc.Replicas(ctx, "mymaster").Result()
 		return err == nil && len(replicas) == 1
 	})
@@ -617,7 +618,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 	}, store, []string{"a", "b", "c"})
 	time.Sleep(2 * faultTTL)
 	require.NoError(t, sc.Failover(ctx, "mymaster").Err())
-	waitFor(t, 30*time.Second, func() bool {
+	servertest.WaitFor(t, 30*time.Second, func() bool {
 		addr, err := sc.GetMasterAddrByName(ctx, "mymaster").Result()
 		return err == nil && net.JoinHostPort(addr[0], addr[1]) == replica.Addr
 	})

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestFencesRiseWithEveryHolder(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	ctx := t.Context()
 	for want := int64(1); want <= 5; want++ {
@@ -32,7 +33,7 @@ func TestFencesRiseWithEveryHolder(t *testing.T) {
 }
 
 func TestIntegrationFencesStrictlyIncreaseAcrossClients(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	const clients, rounds = 4, 250
 	var (
 		mu     sync.Mutex
@@ -75,7 +76,7 @@ func TestIntegrationFencesStrictlyIncreaseAcrossClients(t *testing.T) {
 }
 
 func TestFenceCounterNeverExpiresNorFallsBack(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	c := New(rdb, WithTTL(50*time.Millisecond), WithAutoRenew(false))
@@ -116,7 +117,7 @@ func (s *counterFences) NextFence(context.Context, string) (int64, error) {
 }
 
 func TestFenceSource(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	ctx := t.Context()
 	src := &counterFences{next: 1000}
 	c := New(rdb, WithFenceSource(src))
@@ -154,8 +155,8 @@ func TestFenceSource(t *testing.T) {
 // A PostgreSQL sequence as the fence source: fences keep rising across a
 // Redis restart that loses the counter.
 func TestIntegrationSequenceFencesSurviveRedisRestart(t *testing.T) {
-	db := startPostgres(t)
-	lock := startRedis(t)
+	db := servertest.Postgres(t)
+	lock := servertest.Redis(t)
 	ctx := t.Context()
 	src, err := NewSequenceFences(db, "redlease_fences")
 	require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestIntegrationSequenceFencesSurviveRedisRestart(t *testing.T) {
 	var last int64
 	for i := range 6 {
 		if i == 3 {
-			lock.restart(t) // the Redis counter is gone
+			lock.Restart(t) // the Redis counter is gone
 		}
 		l, err := c.Acquire(ctx, "r", WithMaxWait(10*time.Second))
 		require.NoError(t, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // What a fence check adds to a write. Run with
@@ -13,7 +15,7 @@ import (
 // Each guarded write is compared with the same write unguarded.
 
 func BenchmarkRedisGuardSet(b *testing.B) {
-	rdb := startRedis(b).Client(b)
+	rdb := servertest.Redis(b).Client(b)
 	ctx := context.Background()
 	g := NewRedisGuard(rdb)
 	b.Run("plain SET", func(b *testing.B) {
@@ -39,7 +41,7 @@ func BenchmarkSQLGuardCheck(b *testing.B) {
 		open    func(testing.TB) *sql.DB
 	}{
 		{"sqlite", DialectSQLite, openSQLite},
-		{"postgres", DialectPostgres, startPostgres},
+		{"postgres", DialectPostgres, servertest.Postgres},
 	} {
 		b.Run(d.name, func(b *testing.B) {
 			db := d.open(b)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -81,7 +82,7 @@ func requireNeverBack(t *testing.T, accepted []token, refused []*StaleFenceError
 func staleAndCurrent(t *testing.T) (a, b *Lease) {
 	t.Helper()
 	ctx := t.Context()
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	locks := New(rdb, WithTTL(30*time.Second), WithAutoRenew(false))
 	_, err := locks.AdvanceFence(ctx, "invoice:42", 32)
 	require.NoError(t, err)

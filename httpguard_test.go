@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +22,7 @@ import (
 // real redis-server.
 func forEachStore(t *testing.T, f func(t *testing.T, store FenceStore)) {
 	t.Run("memory", func(t *testing.T) { f(t, &MemoryFenceStore{}) })
-	t.Run("redis", func(t *testing.T) { f(t, NewRedisFenceStore(startRedis(t).Client(t))) })
+	t.Run("redis", func(t *testing.T) { f(t, NewRedisFenceStore(servertest.Redis(t).Client(t))) })
 }
 
 // ledger is the legacy service behind the gateway: it records each payment,
@@ -152,7 +153,7 @@ func TestHTTPGuardEqualFenceRule(t *testing.T) {
 
 // Bad headers get a clear 4xx and never reach the service, whatever they hold.
 func TestHTTPGuardRefusesBadHeaders(t *testing.T) {
-	redisStore := NewRedisFenceStore(startRedis(t).Client(t))
+	redisStore := NewRedisFenceStore(servertest.Redis(t).Client(t))
 	long := strings.Repeat("x", 2000)
 	cases := []struct {
 		name   string
@@ -236,7 +237,7 @@ func TestHTTPGuardResourceOf(t *testing.T) {
 
 // A store that cannot answer gives 503, without its details.
 func TestHTTPGuardStoreDown(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t)), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	svc := &ledger{}
 	srv := httptest.NewServer(HTTPGuard{Store: NewRedisFenceStore(rdb)}.Wrap(svc))
@@ -281,7 +282,7 @@ func TestHTTPGuardMemoryStoreSerialisesPerResource(t *testing.T) {
 // Gateways sharing a RedisFenceStore: many requests with the same fence from
 // different owners race; exactly one of each round is admitted.
 func TestHTTPGuardRedisStoreAdmitsOneOwnerPerFence(t *testing.T) {
-	rdb := startRedis(t).Client(t)
+	rdb := servertest.Redis(t).Client(t)
 	svc := &ledger{}
 	var urls []string
 	for range 3 { // three gateways, one store
@@ -371,7 +372,7 @@ func TestMemoryFenceStoreWaitsForTheTurn(t *testing.T) {
 // WithPrefix namespaces a RedisFenceStore's records; the default stays
 // "redlease:{R}:accepted".
 func TestRedisFenceStoreRecordPrefix(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	ctx := t.Context()
 	_, err := NewRedisFenceStore(rdb).Admit(ctx, "r", 7, "o")
 	require.NoError(t, err)
@@ -391,7 +392,7 @@ func TestRedisFenceStoreRecordPrefix(t *testing.T) {
 }
 
 func TestSetFenceHeaders(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	l, err := New(rdb).TryAcquire(t.Context(), "tenant:42:billing")
 	require.NoError(t, err)
 	defer l.Release(t.Context())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // Hub subscriptions on Redis Cluster while slots move. Each test failed
@@ -25,12 +26,12 @@ type slotMove struct {
 }
 
 func newSlotMove(t *testing.T) *slotMove {
-	nodes, cc := startCluster(t, 3)
+	nodes, cc := servertest.Cluster(t, 3)
 	ctx := context.Background()
 	m := &slotMove{t: t, cc: cc, slot: int(cc.ClusterKeySlot(ctx, movingChannel).Val())}
 	src, err := cc.MasterForKey(ctx, movingChannel)
 	m.must(err)
-	m.src = newClient(t, src.Options().Addr)
+	m.src = servertest.NewClient(t, src.Options().Addr)
 	for i := 0; m.keep == ""; i++ {
 		k := fmt.Sprintf("keep{k%d}", i)
 		if n, _ := cc.MasterForKey(ctx, k); n != nil && n.Options().Addr == src.Options().Addr &&
@@ -40,7 +41,7 @@ func newSlotMove(t *testing.T) *slotMove {
 	}
 	for _, n := range nodes {
 		if n.Addr != src.Options().Addr {
-			m.dst = newClient(t, n.Addr)
+			m.dst = servertest.NewClient(t, n.Addr)
 			break
 		}
 	}
@@ -84,7 +85,7 @@ func (m *slotMove) move(from, to *redis.Client, last func(ctx context.Context, c
 func (m *slotMove) owner(node *redis.Client) {
 	ctx := context.Background()
 	m.cc.ReloadState(ctx)
-	waitFor(m.t, 5*time.Second, func() bool {
+	servertest.WaitFor(m.t, 5*time.Second, func() bool {
 		n, err := m.cc.MasterForKey(ctx, movingChannel)
 		return err == nil && n.Options().Addr == node.Options().Addr
 	})
@@ -124,7 +125,7 @@ func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 	}
 
 	m.move(m.src, m.dst, nil)
-	waitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
+	servertest.WaitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
 	m.owner(m.dst)
 	waitAsWaitForDoes(w, time.Second)
 	if n1, n2 := m.subscribers(); !w.subscribed() || n1 != 0 || n2 != 1 {
@@ -132,7 +133,7 @@ func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 	}
 
 	m.move(m.dst, m.src, nil)
-	waitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
+	servertest.WaitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
 	m.owner(m.src)
 	waitAsWaitForDoes(w, time.Second)
 	if n1, n2 := m.subscribers(); !w.subscribed() || n1 != 1 || n2 != 0 {
@@ -181,7 +182,7 @@ func TestHubForgetsAnIdleChannelWhoseSlotMoved(t *testing.T) {
 	}
 	a.leave() // idle: dropped after linger
 	m.move(m.src, m.dst, nil)
-	waitFor(t, 5*time.Second, func() bool {
+	servertest.WaitFor(t, 5*time.Second, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		_, kept := h.chans[movingChannel]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // dropIdle sends its UNSUBSCRIBE outside h.mu; a waiter that joins the
@@ -18,7 +19,7 @@ import (
 // so no waiter subscribed again and every wake-up was lost (hit within a few
 // iterations before the fix).
 func TestHubSubscribeAfterDropIdleReachesRedisLast(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	h := newHub(rdb)
 	defer h.close()
@@ -96,8 +97,8 @@ func TestHubSubscribeAfterDropIdleReachesRedisLast(t *testing.T) {
 // every join, leave and delivery of the Client, on every resource, would
 // wait for that (9 s here before the fix).
 func TestHubClosesSubscriptionsWithoutItsLock(t *testing.T) {
-	srv := startRedis(t)
-	p := startProxy(t, srv.Addr)
+	srv := servertest.Redis(t)
+	p := servertest.StartProxy(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := newHub(rdb)

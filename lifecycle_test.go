@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,8 +28,8 @@ func (c *Client) tracked() int {
 // Close releases every lease in pipelines, so that it is bounded by its ctx
 // and not by the number of leases times the release timeout.
 func TestCloseIsBoundedByItsContext(t *testing.T) {
-	mr, _ := newMini(t)
-	p := startProxy(t, mr.Addr())
+	mr, _ := servertest.Mini(t)
+	p := servertest.StartProxy(t, mr.Addr())
 	// ContextTimeoutEnabled: go-redis bounds a request already on the
 	// network by ctx only then (see Close).
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
@@ -65,8 +66,8 @@ func TestCloseIsBoundedByItsContext(t *testing.T) {
 // With ContextTimeoutEnabled, the release timeout bounds a Release to an
 // unresponsive Redis.
 func TestReleaseTimeoutBoundsTheRequest(t *testing.T) {
-	mr, _ := newMini(t)
-	p := startProxy(t, mr.Addr())
+	mr, _ := servertest.Mini(t)
+	p := servertest.StartProxy(t, mr.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := New(rdb, WithTTL(10*time.Second), WithReleaseTimeout(200*time.Millisecond))
@@ -88,7 +89,7 @@ func TestReleaseTimeoutBoundsTheRequest(t *testing.T) {
 // Redis for up to a TTL: Close releases it, and a Client that outlives it
 // forgets it once Redis surely has.
 func TestCloseReleasesALapsedLease(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(10*time.Second))
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "r", WithMaxHold(100*time.Millisecond))
@@ -109,7 +110,7 @@ func TestCloseReleasesALapsedLease(t *testing.T) {
 	require.NoError(t, err)
 	waitDone(t, l2.Context(), 5*time.Second)
 	require.Equal(t, 1, c2.tracked())
-	waitFor(t, 5*time.Second, func() bool { return c2.tracked() == 0 })
+	servertest.WaitFor(t, 5*time.Second, func() bool { return c2.tracked() == 0 })
 
 	// Released by its holder: forgotten at once.
 	l3, err := c2.TryAcquire(ctx, "r3")
@@ -124,7 +125,7 @@ func TestCloseReleasesALapsedLease(t *testing.T) {
 // hands out a lease that Close has ended.
 func TestCloseRacingAnAcquireNeverSeesAnIncompleteLease(t *testing.T) {
 	for range 20 {
-		_, rdb := newMini(t)
+		_, rdb := servertest.Mini(t)
 		c := New(rdb, WithTTL(10*time.Second))
 		// The context is slow to answer Done once the reply is in: that is
 		// where the lease used to be visible to Close without its context.
@@ -138,7 +139,7 @@ func TestCloseRacingAnAcquireNeverSeesAnIncompleteLease(t *testing.T) {
 			}
 			acquired <- err
 		}()
-		waitFor(t, 5*time.Second, ctx.inDone.Load)
+		servertest.WaitFor(t, 5*time.Second, ctx.inDone.Load)
 		require.NoError(t, c.Close(context.Background())) // used to panic on a nil cancel func
 		err := <-acquired
 		if err != nil {
@@ -189,7 +190,7 @@ func (h *afterScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // queue when it gives up: the release script used to stop at "this owner's
 // lease was already released", before the queue.
 func TestGivingUpLeavesTheQueueAfterAnEarlierGiveBack(t *testing.T) {
-	s := startRedis(t)
+	s := servertest.Redis(t)
 	ctx := context.Background()
 	a := New(s.Client(t), WithTTL(10*time.Second))
 	defer a.Close(ctx)
@@ -203,9 +204,9 @@ func TestGivingUpLeavesTheQueueAfterAnEarlierGiveBack(t *testing.T) {
 		_, err := a.Acquire(actx, "r", WithReplicaAck(1, 20*time.Millisecond))
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, func() bool { n, _ := b.LastFence(ctx, "r"); return n >= 2 })
+	servertest.WaitFor(t, 5*time.Second, func() bool { n, _ := b.LastFence(ctx, "r"); return n >= 2 })
 	var held *Lease
-	waitFor(t, 5*time.Second, func() bool {
+	servertest.WaitFor(t, 5*time.Second, func() bool {
 		l, err := b.TryAcquire(ctx, "r")
 		held = l
 		return err == nil
@@ -227,8 +228,8 @@ func TestGivingUpLeavesTheQueueAfterAnEarlierGiveBack(t *testing.T) {
 // The observers hear of a loss only for a lease that was handed out, and a
 // retried Release is not an overrun.
 func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {
-	_, rdb := newMini(t)
-	hook := &countingHook{}
+	_, rdb := servertest.Mini(t)
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	var lost, overran, released atomic.Int32
 	obs := ObserverFunc(func(_ context.Context, e Event) {
@@ -247,7 +248,7 @@ func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {
 
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
-	hook.loseReplies.Store(1)
+	hook.LoseReplies.Store(1)
 	require.ErrorIs(t, l.Release(ctx), ErrOutcomeUnknown)
 	require.NoError(t, l.Release(ctx))
 	require.Zero(t, overran.Load(), "the lease was active when Release was first called")
@@ -264,7 +265,7 @@ func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {
 // out, is given back, and is no loss to the observers (it lapsed before
 // anyone had it).
 func TestSlowFenceSourceHandsOutNoEndedLease(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	var lost atomic.Int32
 	obs := ObserverFunc(func(_ context.Context, e Event) {
 		if e.Kind == EventLost {
@@ -294,7 +295,7 @@ func TestSlowFenceSourceHandsOutNoEndedLease(t *testing.T) {
 }
 
 func TestKeyNamesKeepTheirHashTag(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	ctx := context.Background()
 	_, err := New(rdb, WithPrefix("app{x}:")).TryAcquire(ctx, "r")
 	require.ErrorIs(t, err, ErrInvalidArgument)
@@ -308,7 +309,7 @@ func TestKeyNamesKeepTheirHashTag(t *testing.T) {
 // Two Close calls at once (a signal handler's and a deferred one): each used
 // to lock the leases' relMu in its own map order, and they deadlocked.
 func TestConcurrentClosesRunOneAfterTheOther(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(10*time.Second), WithAutoRenew(false))
 	ctx := context.Background()
 	for i := range 300 {
@@ -339,7 +340,7 @@ func TestConcurrentClosesRunOneAfterTheOther(t *testing.T) {
 // deferred Close gets it. Close ignores the cancellation, as Release does, so
 // that the resources are not blocked for a TTL.
 func TestCloseWithACanceledContextStillReleases(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(10*time.Second))
 	ctx, cancel := context.WithCancel(context.Background())
 	for i := range 3 {
@@ -357,7 +358,7 @@ func TestCloseWithACanceledContextStillReleases(t *testing.T) {
 // deadline was near) is renewed again after a Refresh of the caller's
 // confirms it.
 func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(10*time.Second))
 	ctx := context.Background()
 	defer c.Close(ctx)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -20,7 +21,7 @@ var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-
 // ---- unit tests on miniredis ----
 
 func TestAcquireRelease(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(10*time.Second))
 	ctx := t.Context()
 
@@ -77,7 +78,7 @@ func mustGet(t *testing.T, mr interface{ Get(string) (string, error) }, key stri
 }
 
 func TestTryAcquireBusy(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(10*time.Second), WithAutoRenew(false))
 	ctx := t.Context()
 	l, err := c.TryAcquire(ctx, "r")
@@ -95,7 +96,7 @@ func TestTryAcquireBusy(t *testing.T) {
 }
 
 func TestExpiredHolderIsReplacedAndItsLateReleaseDeletesNothing(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
 	ctx := t.Context()
 	a, err := c.TryAcquire(ctx, "r")
@@ -116,7 +117,7 @@ func TestExpiredHolderIsReplacedAndItsLateReleaseDeletesNothing(t *testing.T) {
 }
 
 func TestRefreshAfterLossEndsContext(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
 	ctx := t.Context()
 	a, err := c.TryAcquire(ctx, "r")
@@ -137,7 +138,7 @@ func TestRefreshAfterLossEndsContext(t *testing.T) {
 }
 
 func TestRefreshResetsTTL(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(time.Minute), WithAutoRenew(false))
 	ctx := t.Context()
 	l, err := c.TryAcquire(ctx, "r")
@@ -153,7 +154,7 @@ func TestRefreshResetsTTL(t *testing.T) {
 }
 
 func TestReleaseWithCancelledContextStillReleases(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb)
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
@@ -173,23 +174,23 @@ func TestReleaseWithCancelledContextStillReleases(t *testing.T) {
 }
 
 func TestSecondReleaseMakesNoRoundTrip(t *testing.T) {
-	_, rdb := newMini(t)
-	hook := &countingHook{}
+	_, rdb := servertest.Mini(t)
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	c := New(rdb)
 	ctx := t.Context()
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
-	sent := hook.cmds.Load()
+	sent := hook.Cmds.Load()
 	require.NoError(t, l.Release(ctx))
-	require.Equal(t, sent, hook.cmds.Load())
+	require.Equal(t, sent, hook.Cmds.Load())
 }
 
 type ctxKey struct{}
 
 func TestLeaseContextKeepsValuesNotCancellation(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), ctxKey{}, "trace-7"))
 	l, err := c.TryAcquire(ctx, "r")
@@ -201,8 +202,8 @@ func TestLeaseContextKeepsValuesNotCancellation(t *testing.T) {
 }
 
 func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
-	_, rdb := newMini(t)
-	hook := &countingHook{}
+	_, rdb := servertest.Mini(t)
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	var typedNil *redis.Client
 	cases := []struct {
@@ -237,7 +238,7 @@ func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidArgument)
 		})
 	}
-	require.Zero(t, hook.cmds.Load(), "no command may be sent for bad input")
+	require.Zero(t, hook.Cmds.Load(), "no command may be sent for bad input")
 
 	// Nil handles answer instead of panicking.
 	var nilClient *Client
@@ -251,7 +252,7 @@ func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
 }
 
 func TestAcquireWaitsForRelease(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	ctx := t.Context()
 	a, err := c.TryAcquire(ctx, "r")
@@ -278,7 +279,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 }
 
 func TestAcquireEndsWithContext(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	a, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
@@ -296,13 +297,13 @@ func TestAcquireEndsWithContext(t *testing.T) {
 }
 
 func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
-	mr, rdb := newMini(t)
-	hook := &countingHook{}
+	mr, rdb := servertest.Mini(t)
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	c := New(rdb)
 	ctx := t.Context()
 
-	hook.loseReplies.Store(1) // the first acquire runs, its reply is lost
+	hook.LoseReplies.Store(1) // the first acquire runs, its reply is lost
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), l.Fence(), "the retry with the same owner gets the same fence")
@@ -310,7 +311,7 @@ func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 
 	// Every reply lost: TryAcquire gives up, says so, and releases by owner.
-	hook.loseReplies.Store(maxUnknownRetries + 1)
+	hook.LoseReplies.Store(maxUnknownRetries + 1)
 	_, err = c.TryAcquire(ctx, "r")
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
@@ -319,21 +320,21 @@ func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
 }
 
 func TestReleaseAndRefreshWithLostReplyAreReportedUnknown(t *testing.T) {
-	mr, rdb := newMini(t)
-	hook := &countingHook{}
+	mr, rdb := servertest.Mini(t)
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	c := New(rdb, WithAutoRenew(false))
 	ctx := t.Context()
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 
-	hook.loseReplies.Store(1)
+	hook.LoseReplies.Store(1)
 	err = l.Refresh(ctx)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, ErrLeaseLost)
 	require.NoError(t, l.Context().Err(), "an unknown renew outcome does not end the lease; its deadline does")
 
-	hook.loseReplies.Store(1)
+	hook.LoseReplies.Store(1)
 	err = l.Release(ctx)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, ErrLeaseLost)
@@ -342,7 +343,7 @@ func TestReleaseAndRefreshWithLostReplyAreReportedUnknown(t *testing.T) {
 }
 
 func TestLocalDeadlineEndsLeaseWithoutRenewal(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(100*time.Millisecond), WithAutoRenew(false))
 	start := time.Now()
 	l, err := c.TryAcquire(t.Context(), "r")
@@ -355,7 +356,7 @@ func TestLocalDeadlineEndsLeaseWithoutRenewal(t *testing.T) {
 }
 
 func TestWatchdogOnMiniredis(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	c := New(rdb, WithTTL(300*time.Millisecond))
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
@@ -372,7 +373,7 @@ func TestWatchdogOnMiniredis(t *testing.T) {
 // ---- integration tests on a real redis-server ----
 
 func TestIntegrationContendersExactlyOneWins(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	const n = 16
 	start := make(chan struct{})
 	var (
@@ -406,7 +407,7 @@ func TestIntegrationContendersExactlyOneWins(t *testing.T) {
 }
 
 func TestIntegrationDeadHolderIsReplacedAfterExpiry(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	ctx := t.Context()
 	// A's process dies: its connection closes and nothing renews or releases.
 	deadRdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -426,7 +427,7 @@ func TestIntegrationDeadHolderIsReplacedAfterExpiry(t *testing.T) {
 }
 
 func TestIntegrationStaleReleaseDoesNotDeleteNewLease(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	c := New(rdb, WithTTL(200*time.Millisecond), WithAutoRenew(false))
@@ -444,7 +445,7 @@ func TestIntegrationStaleReleaseDoesNotDeleteNewLease(t *testing.T) {
 }
 
 func TestIntegrationRenewAfterLoss(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 
@@ -475,7 +476,7 @@ func TestIntegrationRenewAfterLoss(t *testing.T) {
 }
 
 func TestIntegrationWatchdogKeepsLeaseFiveTTLs(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	ttl := 300 * time.Millisecond
 	holder := New(srv.Client(t), WithTTL(ttl))
 	rival := New(srv.Client(t))
@@ -497,11 +498,11 @@ func TestIntegrationWatchdogKeepsLeaseFiveTTLs(t *testing.T) {
 }
 
 func TestIntegrationUnreachableRedisEndsContextBeforeServerExpiry(t *testing.T) {
-	srv := startRedis(t)
-	proxy := startProxy(t, srv.Addr)
+	srv := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, srv.Addr)
 	direct := srv.Client(t)
 	const ttl = 2 * time.Second
-	c := New(newClient(t, proxy.Addr()), WithTTL(ttl), WithSafetyMargin(ttl/4))
+	c := New(servertest.NewClient(t, proxy.Addr()), WithTTL(ttl), WithSafetyMargin(ttl/4))
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
 
@@ -523,10 +524,10 @@ func TestIntegrationUnreachableRedisEndsContextBeforeServerExpiry(t *testing.T) 
 }
 
 func TestIntegrationOneCommandPerAcquireAndRelease(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
-	hook := &countingHook{}
+	hook := &servertest.CountingHook{}
 	rdb.AddHook(hook)
 	c := New(rdb, WithAutoRenew(false))
 	warm, err := c.TryAcquire(ctx, "warm") // loads the scripts (EVALSHA, NOSCRIPT, EVAL)
@@ -534,24 +535,24 @@ func TestIntegrationOneCommandPerAcquireAndRelease(t *testing.T) {
 	require.NoError(t, warm.Release(ctx))
 
 	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
-	before := hook.cmds.Load()
+	before := hook.Cmds.Load()
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
-	require.Equal(t, int64(1), hook.cmds.Load()-before, "acquire is one round trip")
-	stats := commandStats(t, rdb)
+	require.Equal(t, int64(1), hook.Cmds.Load()-before, "acquire is one round trip")
+	stats := servertest.CommandStats(t, rdb)
 	require.Equal(t, 1, stats["evalsha"])
 	require.Zero(t, stats["eval"])
 
-	before = hook.cmds.Load()
+	before = hook.Cmds.Load()
 	require.NoError(t, l.Release(ctx))
-	require.Equal(t, int64(1), hook.cmds.Load()-before, "release is one round trip")
-	stats = commandStats(t, rdb)
+	require.Equal(t, int64(1), hook.Cmds.Load()-before, "release is one round trip")
+	stats = servertest.CommandStats(t, rdb)
 	require.Equal(t, 2, stats["evalsha"])
 	require.Zero(t, stats["eval"])
 }
 
 func TestIntegrationScriptCacheFlushed(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	c := New(rdb, WithTTL(300*time.Millisecond))
@@ -570,7 +571,7 @@ func TestIntegrationScriptCacheFlushed(t *testing.T) {
 }
 
 func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	_ = rdb.Ping(t.Context()).Err() // the pool's connection is not the lease's doing
 	ignore := goleak.IgnoreCurrent()
 	c := New(rdb, WithTTL(time.Second))
@@ -598,7 +599,7 @@ func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
 }
 
 func TestIntegrationClusterClient(t *testing.T) {
-	_, cc := startCluster(t, 3)
+	_, cc := servertest.Cluster(t, 3)
 	ctx := t.Context()
 	c := New(cc, WithTTL(500*time.Millisecond))
 	rival := New(cc)
@@ -623,7 +624,7 @@ func TestIntegrationClusterClient(t *testing.T) {
 }
 
 func TestIntegrationSentinelFailoverClient(t *testing.T) {
-	_, _, _, rdb := startSentinel(t)
+	_, _, _, rdb := servertest.Sentinel(t)
 	ctx := t.Context()
 	c := New(rdb, WithTTL(500*time.Millisecond))
 	l, err := c.TryAcquire(ctx, "r")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,7 +39,7 @@ func (r *recorder) take() []string {
 }
 
 func TestObserverSeesEveryOutcome(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	rec := &recorder{}
 	c := New(rdb, WithObserver(rec), WithAutoRenew(false), WithTTL(time.Minute))
 	ctx := t.Context()
@@ -78,7 +79,7 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 }
 
 func TestLoggerIsQuietOnSuccessAndWarnsOnLoss(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c := New(rdb, WithLogger(logger), WithAutoRenew(false))
@@ -103,7 +104,7 @@ func TestLoggerIsQuietOnSuccessAndWarnsOnLoss(t *testing.T) {
 }
 
 func TestGuardsReportStaleFences(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	ctx := t.Context()
 	rec := &recorder{}
 

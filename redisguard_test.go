@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,7 +52,7 @@ func TestFenceRecordKey(t *testing.T) {
 // CLUSTER KEYSLOT agrees, and a fenced write (one script on both) does not
 // fail with CROSSSLOT.
 func TestIntegrationRedisGuardOnCluster(t *testing.T) {
-	_, cc := startCluster(t, 3)
+	_, cc := servertest.Cluster(t, 3)
 	ctx := t.Context()
 	g := NewRedisGuard(cc)
 	for _, c := range recordKeyCases {
@@ -85,7 +86,7 @@ return redis.call('RPUSH', KEYS[2], FENCE)`)
 // refused, and the invoice is charged once.
 func TestIntegrationRedisGuardDoublePaymentStory(t *testing.T) {
 	ctx := t.Context()
-	data := startRedis(t).Client(t)
+	data := servertest.Redis(t).Client(t)
 	keys := []string{"{invoice:42}:state", "{invoice:42}:charges"}
 	pay := func(l *Lease) error { return chargeScript.Run(ctx, data, keys, l.Fence(), l.Owner()).Err() }
 
@@ -103,7 +104,7 @@ func TestIntegrationRedisGuardDoublePaymentStory(t *testing.T) {
 
 func TestIntegrationRedisGuardEqualFenceRuleSetDel(t *testing.T) {
 	ctx := t.Context()
-	rdb := startRedis(t).Client(t)
+	rdb := servertest.Redis(t).Client(t)
 	g := NewRedisGuard(rdb)
 	const key = "{doc:1}:body"
 	steps := []struct {
@@ -182,7 +183,7 @@ var logScript = NewFencedScript(`return redis.call('RPUSH', KEYS[1], FENCE .. ':
 // Many goroutines write with random fences and owners at once; the log of
 // accepted writes never goes back, and every refusal was by the rule.
 func TestIntegrationRedisGuardConcurrentFencesNeverGoBack(t *testing.T) {
-	rdb := startRedis(t).Client(t)
+	rdb := servertest.Redis(t).Client(t)
 	ctx := t.Context()
 	const key, workers, perWorker = "{log}", 8, 50
 	refused := raceFences(t, workers, perWorker, 60, func(fence int64, owner string) error {
@@ -201,7 +202,7 @@ func TestIntegrationRedisGuardConcurrentFencesNeverGoBack(t *testing.T) {
 }
 
 func TestIntegrationFencedScriptBody(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 
@@ -235,8 +236,8 @@ func TestIntegrationFencedScriptBody(t *testing.T) {
 }
 
 func TestRedisGuardRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
-	_, rdb := newMini(t)
-	h := &countingHook{}
+	_, rdb := servertest.Mini(t)
+	h := &servertest.CountingHook{}
 	rdb.AddHook(h)
 	g := NewRedisGuard(rdb)
 	s := NewFencedScript(`return 1`)
@@ -255,7 +256,7 @@ func TestRedisGuardRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 	require.ErrorIs(t, (*FencedScript)(nil).Run(t.Context(), rdb, []string{"k"}, 1, "o").Err(), ErrInvalidArgument)
 	require.ErrorIs(t, (*RedisGuard)(nil).Set(t.Context(), "k", "v", 0, 1, "o"), ErrInvalidArgument)
 	require.ErrorIs(t, NewRedisGuard(nil).Set(t.Context(), "k", "v", 0, 1, "o"), ErrInvalidArgument)
-	require.Zero(t, h.cmds.Load(), "no command was sent")
+	require.Zero(t, h.Cmds.Load(), "no command was sent")
 
 	// The same scripts run on miniredis's Lua too.
 	require.NoError(t, g.Set(t.Context(), "k", "v", time.Second, 1, "o"))
@@ -265,7 +266,7 @@ func TestRedisGuardRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 // WithPrefix namespaces the fence records of RedisGuard and FencedScript:
 // guards with one prefix share a key's record, guards with others do not.
 func TestRedisGuardRecordPrefix(t *testing.T) {
-	mr, rdb := newMini(t)
+	mr, rdb := servertest.Mini(t)
 	ctx := t.Context()
 	app1 := NewRedisGuard(rdb, WithPrefix("app1:"))
 	require.NoError(t, app1.Set(ctx, "{doc:1}:body", "v", 0, 5, "o"))
@@ -297,12 +298,12 @@ func TestRedisGuardRecordPrefix(t *testing.T) {
 // A lost reply of a fenced write is reported as an unknown outcome: the write
 // may have happened.
 func TestRedisGuardLostReplyIsOutcomeUnknown(t *testing.T) {
-	_, rdb := newMini(t)
-	h := &countingHook{}
+	_, rdb := servertest.Mini(t)
+	h := &servertest.CountingHook{}
 	rdb.AddHook(h)
 	g := NewRedisGuard(rdb)
 	require.NoError(t, g.Set(context.Background(), "warm", "v", 0, 1, "o")) // cache the script: EVALSHA runs it
-	h.loseReplies.Store(1)
+	h.LoseReplies.Store(1)
 	err := g.Set(context.Background(), "k", "v", 0, 1, "o")
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	v, err := rdb.Get(context.Background(), "k").Result()

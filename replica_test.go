@@ -6,16 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
 func TestIntegrationReplicaAck(t *testing.T) {
-	master := startRedis(t)
+	master := servertest.Redis(t)
 	host, port, _ := net.SplitHostPort(master.Addr)
-	replica := startRedis(t, "--replicaof", host, port)
+	replica := servertest.Redis(t, "--replicaof", host, port)
 	rdb := master.Client(t)
 	ctx := t.Context()
-	waitReplicated(t, rdb)
+	servertest.WaitReplicated(t, rdb)
 	c := New(rdb, WithReplicaAck(1, 500*time.Millisecond))
 
 	l, err := c.TryAcquire(ctx, "r")
@@ -24,8 +25,8 @@ func TestIntegrationReplicaAck(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 
 	// The replica stops answering: the acquisition cannot be acknowledged.
-	require.NoError(t, replica.cmd.Process.Signal(syscall.SIGSTOP))
-	defer func() { _ = replica.cmd.Process.Signal(syscall.SIGCONT) }()
+	replica.Signal(t, syscall.SIGSTOP)
+	defer replica.Signal(t, syscall.SIGCONT)
 	time.Sleep(100 * time.Millisecond)
 	_, err = c.TryAcquire(ctx, "r")
 	require.ErrorIs(t, err, ErrNotAcquired)

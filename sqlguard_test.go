@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 )
@@ -31,7 +32,7 @@ func forEachDialect(t *testing.T, f func(t *testing.T, d dialectDB)) {
 		f(t, dialectDB{SQLDialect: DialectSQLite, db: openSQLite(t), serial: "INTEGER PRIMARY KEY AUTOINCREMENT"})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		f(t, dialectDB{SQLDialect: DialectPostgres, db: startPostgres(t), serial: "BIGSERIAL PRIMARY KEY"})
+		f(t, dialectDB{SQLDialect: DialectPostgres, db: servertest.Postgres(t), serial: "BIGSERIAL PRIMARY KEY"})
 	})
 }
 

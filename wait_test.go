@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -38,7 +39,7 @@ type acquired struct {
 }
 
 func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	// Fair: without it, a waiter whose backoff timer fires just after the
@@ -61,7 +62,7 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 		c := New(srv.Client(t), WithFair(true))
 		clients = append(clients, c)
 		waits = append(waits, startWaiter(ctx, c, "r"))
-		waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
+		servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
 	}
 	order := queued(t, rdb, "r") // members: <owner>/<client id>
 
@@ -88,14 +89,14 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 }
 
 func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	c := New(rdb)
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	w := startWaiter(ctx, c, "r")
-	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 1 })
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 1 })
 	cancel()
 	got := recv(t, w, 30*time.Second)
 	require.ErrorIs(t, got.err, ErrNotAcquired)
@@ -105,7 +106,7 @@ func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 }
 
 func TestMaxWait(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
@@ -118,7 +119,7 @@ func TestMaxWait(t *testing.T) {
 }
 
 func TestFairWaitersGoInArrivalOrder(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	holder := New(rdb)
@@ -144,7 +145,7 @@ func TestFairWaitersGoInArrivalOrder(t *testing.T) {
 			out <- acquired{l, err}
 		}()
 		waits = append(waits, out)
-		waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
+		servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == i+1 })
 	}
 	// A newcomer cannot barge in while others queue.
 	_, err = New(rdb, WithFair(true)).TryAcquire(ctx, "r")
@@ -162,7 +163,7 @@ func TestFairWaitersGoInArrivalOrder(t *testing.T) {
 // in ms, and a later waiter with a smaller token went first: with two fair
 // contenders, about one handoff in a hundred took a millisecond more.)
 func TestWaitersArrivingInOneMillisecondKeepTheirOrder(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	c := New(rdb)
@@ -187,7 +188,7 @@ func TestWaitersArrivingInOneMillisecondKeepTheirOrder(t *testing.T) {
 }
 
 func TestVanishedWaiterIsDroppedFromQueue(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	c := New(rdb, WithFair(true))
@@ -200,7 +201,7 @@ func TestVanishedWaiterIsDroppedFromQueue(t *testing.T) {
 	require.NoError(t, rdb.HSet(ctx, "redlease:{r}:alive", "dead", tm.UnixMilli()+300).Err())
 
 	w := startWaiter(ctx, c, "r")
-	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 2 })
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 2 })
 	require.NoError(t, l.Release(ctx)) // wakes "dead", which never comes
 	got := recv(t, w, 30*time.Second)  // the live waiter gets it once "dead" has timed out
 	require.NoError(t, got.err)
@@ -209,7 +210,7 @@ func TestVanishedWaiterIsDroppedFromQueue(t *testing.T) {
 }
 
 func TestWaiterWakesWhenHolderExpires(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	ctx := t.Context()
 	dead := New(srv.Client(t), WithTTL(300*time.Millisecond), WithAutoRenew(false))
 	a, err := dead.TryAcquire(ctx, "r") // never released: it expires
@@ -234,7 +235,7 @@ func TestIntegrationContentionNoLostUpdateNoOverlap(t *testing.T) {
 		{"fair", false, []Option{WithFair(true)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startRedis(t)
+			srv := servertest.Redis(t)
 			data := srv.Client(t)
 			const workers, rounds = 32, 50
 			shared := New(srv.Client(t), tc.opts...)
@@ -308,9 +309,9 @@ func TestIntegrationContentionNoLostUpdateNoOverlap(t *testing.T) {
 // resend after a reset) the final answer must still be right; without them,
 // the outcome must be reported unknown, never as success or as lost.
 func TestIntegrationLostReplies(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	direct := srv.Client(t)
-	proxy := startProxy(t, srv.Addr)
+	proxy := servertest.StartProxy(t, srv.Addr)
 	ctx := t.Context()
 	for _, retries := range []int{0, -1} { // go-redis default (3), none
 		t.Run(fmt.Sprint("MaxRetries=", retries), func(t *testing.T) {
@@ -357,7 +358,7 @@ func TestIntegrationLostReplies(t *testing.T) {
 }
 
 func TestIntegrationMaxHold(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	ctx := t.Context()
 	c := New(srv.Client(t), WithTTL(300*time.Millisecond))
 	start := time.Now()
@@ -375,7 +376,7 @@ func TestIntegrationMaxHold(t *testing.T) {
 }
 
 func TestAcquireOnClusterWakesWaiters(t *testing.T) {
-	_, cc := startCluster(t, 3)
+	_, cc := servertest.Cluster(t, 3)
 	ctx := t.Context()
 	holder := New(cc)
 	var leases []*Lease
@@ -386,7 +387,7 @@ func TestAcquireOnClusterWakesWaiters(t *testing.T) {
 		require.NoError(t, err)
 		leases = append(leases, l)
 		waits = append(waits, startWaiter(ctx, New(cc), res, WithMaxWait(30*time.Second)))
-		waitFor(t, 10*time.Second, func() bool { return len(queued(t, cc, res)) == 1 })
+		servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, cc, res)) == 1 })
 	}
 	for i, l := range leases {
 		require.NoError(t, l.Release(ctx))
@@ -398,7 +399,7 @@ func TestAcquireOnClusterWakesWaiters(t *testing.T) {
 }
 
 func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
-	srv := startRedis(t)
+	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	require.NoError(t, rdb.Ping(ctx).Err())
@@ -414,7 +415,7 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 	b, err := c.TryAcquire(ctx, "b", WithAutoRenew(false))
 	require.NoError(t, err)
 	w := startWaiter(ctx, c, "blocked")
-	waitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "blocked")) == 1 })
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "blocked")) == 1 })
 
 	require.NoError(t, c.Close(ctx))
 	require.ErrorIs(t, recv(t, w, 30*time.Second).err, ErrClientClosed)
@@ -432,7 +433,7 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 // An acquire whose reply arrives after Close began is given back, not handed
 // out: Close could not have released it.
 func TestAcquireRacingCloseIsGivenBack(t *testing.T) {
-	_, rdb := newMini(t)
+	_, rdb := servertest.Mini(t)
 	c := New(rdb)
 	// Close begins while the acquire script is on its way.
 	rdb.AddHook(closeAfterSend{c: c})

@@ -1,4 +1,4 @@
-package redlease
+package servertest
 
 import (
 	"context"
@@ -34,16 +34,16 @@ var pgShared struct {
 	dbs  atomic.Int64
 }
 
-// startPostgres returns a pool of connections (pgx driver) to a new, empty
+// Postgres returns a pool of connections (pgx driver) to a new, empty
 // database on a PostgreSQL server listening on a free loopback port, closed
 // when the test ends. Missing binaries skip the test, or fail it when
 // REDLEASE_REQUIRE_SERVERS is set.
-func startPostgres(t testing.TB) *sql.DB {
+func Postgres(t testing.TB) *sql.DB {
 	t.Helper()
 	pgShared.once.Do(func() { pgShared.addr, pgShared.err = launchPostgres() })
 	switch {
-	case errors.Is(pgShared.err, errNoPostgres) && os.Getenv(requireServersEnv) == "":
-		t.Skip(pgShared.err.Error() + "; set " + requireServersEnv + "=1 to make this a failure")
+	case errors.Is(pgShared.err, errNoPostgres):
+		missing(t, pgShared.err.Error())
 	case pgShared.err != nil:
 		t.Fatalf("PostgreSQL: %v", pgShared.err)
 	}
@@ -128,7 +128,7 @@ func launchPostgres() (string, error) {
 	logPath := filepath.Join(dir, "postgres.log")
 	var lastErr error
 	for range 5 { // a port picked free may be taken before postgres binds it
-		p, err := freePortNoTest()
+		p, err := freePort()
 		if err != nil {
 			return "", err
 		}
@@ -151,9 +151,7 @@ func launchPostgres() (string, error) {
 		addr := net.JoinHostPort("127.0.0.1", port)
 		if lastErr = waitPostgres(addr, exited, 30*time.Second); lastErr == nil {
 			started = true
-			afterAll.Lock()
-			afterAll.fns = append(afterAll.fns, func() { stopPostgres(cmd, exited); _ = os.RemoveAll(dir) })
-			afterAll.Unlock()
+			addAfterAll(func() { stopPostgres(cmd, exited); _ = os.RemoveAll(dir) })
 			return addr, nil
 		}
 		stopPostgres(cmd, exited)
@@ -213,14 +211,4 @@ func stopPostgres(cmd *exec.Cmd, exited <-chan struct{}) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
-}
-
-// freePortNoTest is freePort for code that runs outside one test.
-func freePortNoTest() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,4 +1,4 @@
-package redlease
+package servertest
 
 import (
 	"net"
@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// faultProxy is a TCP proxy on loopback that injects network faults between
+// Proxy is a TCP proxy on loopback that injects network faults between
 // a client and a server: per-direction delay, blackhole (connections stay
 // open, nothing is forwarded until healed, as TCP would hold and retransmit),
 // dropped replies (the request is delivered, then the connection is closed
 // instead of delivering the reply) and reset of every open connection.
-type faultProxy struct {
+type Proxy struct {
 	ln     net.Listener
 	target string
 
@@ -24,12 +24,12 @@ type faultProxy struct {
 	pumping sync.WaitGroup
 }
 
-// direction of traffic through the proxy.
-type direction int
+// Direction of traffic through the proxy.
+type Direction int
 
 const (
-	toServer direction = iota // requests
-	toClient                  // replies
+	ToServer Direction = iota // requests
+	ToClient                  // replies
 )
 
 type faults struct {
@@ -38,15 +38,15 @@ type faults struct {
 	drop      int // close the connection instead of forwarding, this many times
 }
 
-// startProxy starts a proxy to target on a free loopback port; it is closed
+// StartProxy starts a proxy to target on a free loopback port; it is closed
 // when the test ends.
-func startProxy(t testing.TB, target string) *faultProxy {
+func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.pumping.Add(1)
 	go p.accept()
@@ -55,33 +55,33 @@ func startProxy(t testing.TB, target string) *faultProxy {
 }
 
 // Addr is the address clients dial instead of the target's.
-func (p *faultProxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Delay holds every chunk going in direction d for delay before forwarding it.
-func (p *faultProxy) Delay(d direction, delay time.Duration) {
+func (p *Proxy) Delay(d Direction, delay time.Duration) {
 	p.set(func() { p.faults[d].delay = delay })
 }
 
 // Blackhole stops forwarding in both directions without closing anything.
-func (p *faultProxy) Blackhole() {
-	p.set(func() { p.faults[toServer].blackhole, p.faults[toClient].blackhole = true, true })
+func (p *Proxy) Blackhole() {
+	p.set(func() { p.faults[ToServer].blackhole, p.faults[ToClient].blackhole = true, true })
 }
 
 // DropReplies makes the proxy close a connection, instead of forwarding,
 // when one of the next n replies arrives on it: the request was delivered,
 // its reply is lost. (A new connection's handshake replies count too, so warm
 // the client's connections first.)
-func (p *faultProxy) DropReplies(n int) {
-	p.set(func() { p.faults[toClient].drop = n })
+func (p *Proxy) DropReplies(n int) {
+	p.set(func() { p.faults[ToClient].drop = n })
 }
 
 // Heal ends every fault; held traffic flows again.
-func (p *faultProxy) Heal() {
+func (p *Proxy) Heal() {
 	p.set(func() { p.faults = [2]faults{} })
 }
 
 // Reset closes every open connection abruptly (RST).
-func (p *faultProxy) Reset() {
+func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -92,7 +92,7 @@ func (p *faultProxy) Reset() {
 	}
 }
 
-func (p *faultProxy) set(f func()) {
+func (p *Proxy) set(f func()) {
 	p.mu.Lock()
 	f()
 	p.mu.Unlock()
@@ -100,7 +100,7 @@ func (p *faultProxy) set(f func()) {
 }
 
 // Close stops the proxy and closes every connection.
-func (p *faultProxy) Close() {
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
@@ -110,7 +110,7 @@ func (p *faultProxy) Close() {
 	p.pumping.Wait()
 }
 
-func (p *faultProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.pumping.Done()
 	for {
 		client, err := p.ln.Accept()
@@ -132,13 +132,13 @@ func (p *faultProxy) accept() {
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 		p.pumping.Add(2)
 		p.mu.Unlock()
-		go p.pump(client, server, toServer)
-		go p.pump(server, client, toClient)
+		go p.pump(client, server, ToServer)
+		go p.pump(server, client, ToClient)
 	}
 }
 
 // pump copies src to dst, applying the faults of direction d to each chunk.
-func (p *faultProxy) pump(src, dst net.Conn, d direction) {
+func (p *Proxy) pump(src, dst net.Conn, d Direction) {
 	defer p.pumping.Done()
 	defer func() {
 		p.mu.Lock()
