@@ -215,7 +215,7 @@ func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 	require.Equal(t, "redlease:{job}:wake:"+waiter.hub.id, msg.Channel, "only the waiter's Client hears it")
 	require.Equal(t, a.Fence()+1, b.Fence())
 
-	waitDone(t, a.Context(), 10*time.Second)
+	servertest.WaitDone(t, a.Context(), 10*time.Second)
 	require.ErrorIs(t, context.Cause(a.Context()), ErrLeaseLost)
 	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
 	require.NoError(t, b.Context().Err(), "the old holder's release left the new lease alone")

@@ -45,7 +45,7 @@ func TestAcquireAllIsAllOrNothing(t *testing.T) {
 	}()
 	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "b")) == 1 })
 	require.NoError(t, held.Release(ctx)) // wakes the set's acquisition
-	ls := recv(t, done, 30*time.Second)
+	ls := servertest.Recv(t, done, 30*time.Second)
 	require.Len(t, ls, 3)
 	for i, r := range []string{"a", "b", "c"} {
 		require.Equal(t, r, ls[i].Resource())
@@ -157,9 +157,9 @@ func TestElectionHandOverWhenLeaderStalls(t *testing.T) {
 	require.Empty(t, elected)
 
 	proxy.Blackhole() // A stalls: its renewals go nowhere
-	waitDone(t, termA.Context(), 10*time.Second)
+	servertest.WaitDone(t, termA.Context(), 10*time.Second)
 	require.ErrorIs(t, context.Cause(termA.Context()), ErrLeaseLost)
-	termB := recv(t, elected, 30*time.Second)
+	termB := servertest.Recv(t, elected, 30*time.Second)
 	require.NotNil(t, termB)
 	require.Greater(t, termB.Fence(), termA.Fence(), "the new term has a higher fence")
 	leader, err = b.Leader(ctx)
@@ -201,7 +201,7 @@ func TestCampaignDoesNotOverwriteTheNextLeadersValue(t *testing.T) {
 	lb, err := eb.Campaign(ctx, "host-b")                   // B elected once A's lease expires
 	require.NoError(t, err)
 	close(gate.gate) // A resumes: its record reaches Redis
-	gotA := recv(t, resA, 10*time.Second)
+	gotA := servertest.Recv(t, resA, 10*time.Second)
 	ld, err := eb.Leader(ctx)
 	require.NoError(t, err)
 	require.Equal(t, lb.Owner(), ld.Owner)

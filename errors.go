@@ -54,17 +54,6 @@ var (
 	// input that cannot work: an empty resource, a nil client, a TTL below
 	// 1 ms, a renew interval not below the lease's lifetime, and the like.
 	ErrInvalidArgument = errors.New("redlease: invalid argument")
-
-	// ErrStaleFence means a guard refused a write because its fence is older
-	// than the newest the resource has accepted, or equal to it but presented
-	// by another owner. The write did not happen. It is always carried by a
-	// *StaleFenceError.
-	ErrStaleFence = errors.New("redlease: stale fence")
-
-	// ErrNoRowMatched means a fenced UPDATE of the per-row pattern (RowGuard)
-	// changed no row and the fence was not the reason: the row is missing, or
-	// its other conditions (its state) did not hold. The write did not happen.
-	ErrNoRowMatched = errors.New("redlease: no row matched")
 )
 
 // BusyError is returned by TryAcquire when another owner holds the lease.
@@ -92,40 +81,6 @@ func (e *BusyError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrNotAcquired) true.
 func (e *BusyError) Unwrap() error { return ErrNotAcquired }
-
-// StaleFenceError is returned by the guards when they refuse a write by the
-// fencing rule: a write is accepted iff its fence is greater than the newest
-// fence the resource has accepted, or equal to it and presented by the same
-// owner. It matches ErrStaleFence with errors.Is.
-//
-// Newest above Client.LastFence means the fence counter went back (a Redis
-// failover, a restart without persistence, a FLUSHALL): repair it with
-// Client.AdvanceFence(ctx, resource, Newest), or every new holder is refused.
-type StaleFenceError struct {
-	// Resource names what refused the write: the guard's resource name, the
-	// Redis data key, or the table row.
-	Resource string
-	Fence    int64  // the fence offered
-	Owner    string // the owner token offered with it
-	// Newest is the newest fence the resource has accepted, NewestOwner the
-	// owner it was accepted from.
-	Newest      int64
-	NewestOwner string
-}
-
-func (e *StaleFenceError) Error() string {
-	if e.Fence == e.Newest {
-		from := ""
-		if e.NewestOwner != "" && e.NewestOwner != e.Owner {
-			from = " from another owner"
-		}
-		return fmt.Sprintf("redlease: stale fence %d for %q: it was already accepted%s", e.Fence, e.Resource, from)
-	}
-	return fmt.Sprintf("redlease: stale fence %d for %q: newest accepted is %d", e.Fence, e.Resource, e.Newest)
-}
-
-// Unwrap makes errors.Is(err, ErrStaleFence) true.
-func (e *StaleFenceError) Unwrap() error { return ErrStaleFence }
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)

@@ -1,4 +1,4 @@
-package redlease
+package redlease_test
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/fencing"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
@@ -29,11 +31,15 @@ import (
 
 const faultTTL = time.Second
 
+// faultLifetime is the local lifetime of the suite's leases (faultOpts):
+// TTL less the drift allowance and the margin.
+const faultLifetime = faultTTL - time.Duration(float64(faultTTL)*redlease.DriftFactor) - faultTTL/4
+
 // faultOpts are the lease options of the suite: a quarter of the TTL as the
 // safety margin, so that scheduler noise on a busy machine cannot flip the
 // deadline checks.
-func faultOpts(h *history, extra ...Option) []Option {
-	return append([]Option{WithTTL(faultTTL), WithSafetyMargin(faultTTL / 4), WithObserver(h.observer(faultTTL))}, extra...)
+func faultOpts(h *history, extra ...redlease.Option) []redlease.Option {
+	return append([]redlease.Option{redlease.WithTTL(faultTTL), redlease.WithSafetyMargin(faultTTL / 4), redlease.WithObserver(h.observer(faultTTL))}, extra...)
 }
 
 func longFaults() bool { return os.Getenv("REDLEASE_FAULT_LONG") != "" }
@@ -49,14 +55,14 @@ func scale(short, long int) int {
 // resourceStore is the protected resource: keys on their own redis-server,
 // written through the Redis fencing guard.
 type resourceStore struct {
-	guard *RedisGuard
+	guard *fencing.RedisGuard
 	h     *history
 	addr  string
 }
 
 func newResourceStore(t *testing.T, h *history) *resourceStore {
 	srv := servertest.Redis(t)
-	return &resourceStore{guard: NewRedisGuard(srv.Client(t)), h: h, addr: srv.Addr}
+	return &resourceStore{guard: fencing.NewRedisGuard(srv.Client(t)), h: h, addr: srv.Addr}
 }
 
 // write makes a fenced write of resource's data and records it.
@@ -69,7 +75,7 @@ func (s *resourceStore) write(ctx context.Context, client int, resource, owner s
 // worker loops: acquire, write, refresh, release, recording everything,
 // until stop is closed, rounds are done or ctx ends. Errors are outcomes,
 // not failures.
-func worker(ctx context.Context, stop <-chan struct{}, id int, c *Client, store *resourceStore, resources []string, rounds int) {
+func worker(ctx context.Context, stop <-chan struct{}, id int, c *redlease.Client, store *resourceStore, resources []string, rounds int) {
 	h := store.h
 	for i := 0; i < rounds && ctx.Err() == nil && !closed(stop); i++ {
 		resource := resources[(id+i)%len(resources)]
@@ -99,10 +105,10 @@ func closed(c <-chan struct{}) bool {
 	}
 }
 
-// startWorkers starts n workers, each with its own Client made by newClient,
+// startWorkers starts n workers, each with its own redlease.Client made by newClient,
 // that run until stop is closed (or 10000 rounds, or ctx ends). The returned
 // channel is closed when all have ended and closed their Clients.
-func startWorkers(ctx context.Context, stop <-chan struct{}, n int, newClient func() *Client, store *resourceStore, resources []string) <-chan struct{} {
+func startWorkers(ctx context.Context, stop <-chan struct{}, n int, newClient func() *redlease.Client, store *resourceStore, resources []string) <-chan struct{} {
 	var wg sync.WaitGroup
 	for i := range n {
 		c := newClient()
@@ -146,14 +152,14 @@ func TestFaultHelperProcess(t *testing.T) {
 	resRdb := redis.NewClient(&redis.Options{Addr: f[1]})
 	defer lockRdb.Close()
 	defer resRdb.Close()
-	c := New(lockRdb, WithTTL(faultTTL), WithSafetyMargin(faultTTL/4))
+	c := redlease.New(lockRdb, redlease.WithTTL(faultTTL), redlease.WithSafetyMargin(faultTTL/4))
 	defer c.Close(ctx)
 	var (
-		l   *Lease
+		l   *redlease.Lease
 		err error
 	)
 	if len(f) > 3 && f[3] == "election" {
-		l, err = NewElection(c, f[2]).Campaign(ctx, "paused-leader")
+		l, err = redlease.NewElection(c, f[2]).Campaign(ctx, "paused-leader")
 	} else {
 		l, err = c.TryAcquire(ctx, f[2])
 	}
@@ -167,20 +173,20 @@ func TestFaultHelperProcess(t *testing.T) {
 		return
 	}
 	// The holder woke up believing it holds the lease, and writes.
-	err = NewRedisGuard(resRdb).Set(ctx, "data:"+f[2], "from the paused holder", 0, l.Fence(), l.Owner())
-	fmt.Println("write", errors.Is(err, ErrStaleFence), err)
+	err = fencing.NewRedisGuard(resRdb).Set(ctx, "data:"+f[2], "from the paused holder", 0, l.Fence(), l.Owner())
+	fmt.Println("write", errors.Is(err, fencing.ErrStaleFence), err)
 	select {
 	case <-l.Context().Done():
 	case <-time.After(5 * time.Second):
 	}
-	fmt.Println("context", errors.Is(context.Cause(l.Context()), ErrLeaseLost))
+	fmt.Println("context", errors.Is(context.Cause(l.Context()), redlease.ErrLeaseLost))
 	err = l.Refresh(ctx)
-	fmt.Println("renew", errors.Is(err, ErrLeaseLost))
+	fmt.Println("renew", errors.Is(err, redlease.ErrLeaseLost))
 }
 
 func TestFaultClientProcessPause(t *testing.T) {
-	testPausedHolder(t, "lease", func(ctx context.Context, c *Client, resource string) (*Lease, error) {
-		return c.Acquire(ctx, resource, WithMaxWait(5*faultTTL))
+	testPausedHolder(t, "lease", func(ctx context.Context, c *redlease.Client, resource string) (*redlease.Lease, error) {
+		return c.Acquire(ctx, resource, redlease.WithMaxWait(5*faultTTL))
 	})
 }
 
@@ -188,12 +194,12 @@ func TestFaultClientProcessPause(t *testing.T) {
 // leader's term has a higher fence, and the paused leader's late write is
 // rejected.
 func TestFaultElectionLeaderPause(t *testing.T) {
-	testPausedHolder(t, "election", func(ctx context.Context, c *Client, resource string) (*Lease, error) {
+	testPausedHolder(t, "election", func(ctx context.Context, c *redlease.Client, resource string) (*redlease.Lease, error) {
 		ctx, cancel := context.WithTimeout(ctx, 5*faultTTL)
 		defer cancel()
-		term, err := NewElection(c, resource).Campaign(ctx, "next-leader")
+		term, err := redlease.NewElection(c, resource).Campaign(ctx, "next-leader")
 		if err == nil {
-			leader, lerr := NewElection(c, resource).Leader(ctx)
+			leader, lerr := redlease.NewElection(c, resource).Leader(ctx)
 			if lerr != nil || leader.Value != "next-leader" || leader.Fence != term.Fence() {
 				return nil, fmt.Errorf("leader after the hand-over: %+v, %v", leader, lerr)
 			}
@@ -205,7 +211,7 @@ func TestFaultElectionLeaderPause(t *testing.T) {
 // testPausedHolder runs a client process that takes the lease of "pay" (as a
 // plain lease, or as an election's term), SIGSTOPs it for 3×TTL while take
 // (in this process) takes over and writes, resumes it, and makes it write.
-func testPausedHolder(t *testing.T, mode string, take func(context.Context, *Client, string) (*Lease, error)) {
+func testPausedHolder(t *testing.T, mode string, take func(context.Context, *redlease.Client, string) (*redlease.Lease, error)) {
 	h := newHistory()
 	lock := servertest.Redis(t)
 	store := newResourceStore(t, h)
@@ -231,7 +237,7 @@ func testPausedHolder(t *testing.T, mode string, take func(context.Context, *Cli
 	// The whole process stops, watchdog included, for 3×TTL.
 	require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
-	c := New(lock.Client(t), faultOpts(h)...)
+	c := redlease.New(lock.Client(t), faultOpts(h)...)
 	defer c.Close(ctx)
 	call = h.now()
 	b, err := take(ctx, c, "pay")
@@ -288,7 +294,7 @@ func TestFaultServerPause(t *testing.T) {
 	lock := servertest.Redis(t)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
-	c := New(lock.Client(t), faultOpts(h)...)
+	c := redlease.New(lock.Client(t), faultOpts(h)...)
 	defer c.Close(ctx)
 
 	// Shorter than the margin: the lease survives.
@@ -321,15 +327,15 @@ func TestFaultServerPause(t *testing.T) {
 			require.NoError(t, err)
 			paused := time.Now()
 			pause.start()
-			waitDone(t, a.Context(), 3*faultTTL)
+			servertest.WaitDone(t, a.Context(), 3*faultTTL)
 			require.Less(t, time.Since(paused), faultTTL, "the context ended during the pause, before the TTL")
 			time.Sleep(time.Until(paused.Add(3 * faultTTL)))
 			pause.end()
-			b, err := h.Acquire(ctx, 2, New(lock.Client(t), faultOpts(h)...), res, true, WithMaxWait(5*faultTTL))
+			b, err := h.Acquire(ctx, 2, redlease.New(lock.Client(t), faultOpts(h)...), res, true, redlease.WithMaxWait(5*faultTTL))
 			require.NoError(t, err)
 			require.Greater(t, b.Fence(), a.Fence())
 			require.NoError(t, store.write(ctx, 2, res, b.Owner(), b.Fence()))
-			require.ErrorIs(t, store.write(ctx, 1, res, a.Owner(), a.Fence()), ErrStaleFence)
+			require.ErrorIs(t, store.write(ctx, 1, res, a.Owner(), a.Fence()), fencing.ErrStaleFence)
 			_ = h.Release(ctx, 1, a)
 			require.NoError(t, h.Release(ctx, 2, b))
 		})
@@ -346,8 +352,8 @@ func TestFaultBlackhole(t *testing.T) {
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	direct := lock.Client(t)
-	a := New(servertest.NewClient(t, proxy.Addr()), faultOpts(h)...)
-	b := New(direct, faultOpts(h)...)
+	a := redlease.New(servertest.NewClient(t, proxy.Addr()), faultOpts(h)...)
+	b := redlease.New(direct, faultOpts(h)...)
 	defer a.Close(ctx)
 	defer b.Close(ctx)
 
@@ -357,10 +363,10 @@ func TestFaultBlackhole(t *testing.T) {
 	time.Sleep(faultTTL / 2)
 	proxy.Blackhole()
 	cut := time.Now()
-	waitDone(t, la.Context(), 3*faultTTL)
+	servertest.WaitDone(t, la.Context(), 3*faultTTL)
 	require.Less(t, time.Since(cut), faultTTL, "the context ended before the server could expire the lease")
 
-	lb, err := h.Acquire(ctx, 2, b, "r", true, WithMaxWait(5*faultTTL))
+	lb, err := h.Acquire(ctx, 2, b, "r", true, redlease.WithMaxWait(5*faultTTL))
 	require.NoError(t, err, "another client takes over after server expiry")
 	require.NoError(t, store.write(ctx, 2, "r", lb.Owner(), lb.Fence()))
 	time.Sleep(time.Until(cut.Add(3 * faultTTL)))
@@ -370,9 +376,9 @@ func TestFaultBlackhole(t *testing.T) {
 	v, err := direct.Get(ctx, "redlease:{r}:lease").Result()
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%s:%d", lb.Owner(), lb.Fence()), v)
-	require.ErrorIs(t, h.Release(ctx, 1, la), ErrLeaseLost, "the old holder neither renews nor releases the new lease")
+	require.ErrorIs(t, h.Release(ctx, 1, la), redlease.ErrLeaseLost, "the old holder neither renews nor releases the new lease")
 	require.NoError(t, direct.Get(ctx, "redlease:{r}:lease").Err(), "B's lease is intact")
-	require.ErrorIs(t, store.write(ctx, 1, "r", la.Owner(), la.Fence()), ErrStaleFence)
+	require.ErrorIs(t, store.write(ctx, 1, "r", la.Owner(), la.Fence()), fencing.ErrStaleFence)
 	require.NoError(t, h.Release(ctx, 2, lb))
 	h.check(t, checks{fenceOrder: true, ownership: true})
 }
@@ -387,7 +393,7 @@ func TestFaultLostReplies(t *testing.T) {
 	ctx := t.Context()
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := New(rdb, faultOpts(h, WithAutoRenew(false))...)
+	c := redlease.New(rdb, faultOpts(h, redlease.WithAutoRenew(false))...)
 	defer c.Close(ctx)
 	lose := func() {
 		require.NoError(t, rdb.Ping(ctx).Err())
@@ -407,7 +413,7 @@ func TestFaultLostReplies(t *testing.T) {
 			_ = h.Refresh(ctx, 1, l)
 		}
 		lose()
-		if err := h.Release(ctx, 1, l); errors.Is(err, ErrOutcomeUnknown) {
+		if err := h.Release(ctx, 1, l); errors.Is(err, redlease.ErrOutcomeUnknown) {
 			require.NoError(t, h.Release(ctx, 1, l), "asked again, the release is recognised")
 		}
 	}
@@ -425,8 +431,8 @@ func TestFaultLateRelease(t *testing.T) {
 	proxy := servertest.StartProxy(t, lock.Addr)
 	ctx := t.Context()
 	direct := lock.Client(t)
-	a := New(servertest.NewClient(t, proxy.Addr()), faultOpts(h, WithAutoRenew(false))...)
-	b := New(direct, faultOpts(h)...)
+	a := redlease.New(servertest.NewClient(t, proxy.Addr()), faultOpts(h, redlease.WithAutoRenew(false))...)
+	b := redlease.New(direct, faultOpts(h)...)
 	defer a.Close(ctx)
 	defer b.Close(ctx)
 
@@ -435,9 +441,9 @@ func TestFaultLateRelease(t *testing.T) {
 	proxy.Delay(servertest.ToServer, 2*faultTTL) // A's release will arrive late
 	released := make(chan error, 1)
 	go func() { released <- h.Release(ctx, 1, la) }()
-	lb, err := h.Acquire(ctx, 2, b, "r", true, WithMaxWait(5*faultTTL))
+	lb, err := h.Acquire(ctx, 2, b, "r", true, redlease.WithMaxWait(5*faultTTL))
 	require.NoError(t, err)
-	require.ErrorIs(t, recv(t, released, 30*time.Second), ErrLeaseLost, "the late release found another owner's lease")
+	require.ErrorIs(t, servertest.Recv(t, released, 30*time.Second), redlease.ErrLeaseLost, "the late release found another owner's lease")
 	proxy.Heal()
 	v, err := direct.Get(ctx, "redlease:{r}:lease").Result()
 	require.NoError(t, err, "it deleted nothing")
@@ -454,7 +460,7 @@ func TestFaultRestartWithoutPersistence(t *testing.T) {
 	store := newResourceStore(t, h)
 	ctx := t.Context()
 	rdb := lock.Client(t)
-	c := New(rdb, faultOpts(h)...)
+	c := redlease.New(rdb, faultOpts(h)...)
 	defer c.Close(ctx)
 	var last int64
 	for range 5 {
@@ -466,11 +472,11 @@ func TestFaultRestartWithoutPersistence(t *testing.T) {
 	}
 
 	lock.Restart(t) // the counter is gone
-	l, err := h.Acquire(ctx, 2, c, "r", true, WithMaxWait(5*faultTTL))
+	l, err := h.Acquire(ctx, 2, c, "r", true, redlease.WithMaxWait(5*faultTTL))
 	require.NoError(t, err)
 	require.Less(t, l.Fence(), last, "the fence went back")
 	err = store.write(ctx, 2, "r", l.Owner(), l.Fence())
-	var stale *StaleFenceError
+	var stale *fencing.StaleFenceError
 	require.ErrorAs(t, err, &stale, "the resource rejects the regressed fence")
 	require.Equal(t, last, stale.Newest)
 	require.NoError(t, h.Release(ctx, 2, l))
@@ -489,14 +495,14 @@ func TestFaultRestartWithAOF(t *testing.T) {
 	h := newHistory()
 	lock := servertest.Redis(t, "--appendonly", "yes", "--appendfsync", "always")
 	ctx := t.Context()
-	c := New(lock.Client(t), faultOpts(h)...)
+	c := redlease.New(lock.Client(t), faultOpts(h)...)
 	defer c.Close(ctx)
 	var fences []int64
 	for i := range 6 {
 		if i == 3 {
 			lock.Restart(t)
 		}
-		l, err := h.Acquire(ctx, 1, c, "r", true, WithMaxWait(5*faultTTL))
+		l, err := h.Acquire(ctx, 1, c, "r", true, redlease.WithMaxWait(5*faultTTL))
 		require.NoError(t, err)
 		fences = append(fences, l.Fence())
 		require.NoError(t, h.Release(ctx, 1, l))
@@ -517,17 +523,17 @@ func TestFaultReplicationCut(t *testing.T) {
 	ctx := t.Context()
 	mrdb := master.Client(t)
 	servertest.WaitReplicated(t, mrdb)
-	onMaster := New(mrdb, faultOpts(h)...)
+	onMaster := redlease.New(mrdb, faultOpts(h)...)
 	defer onMaster.Close(ctx)
 
-	a, err := h.Acquire(ctx, 1, onMaster, "r", false, WithReplicaAck(1, 300*time.Millisecond))
+	a, err := h.Acquire(ctx, 1, onMaster, "r", false, redlease.WithReplicaAck(1, 300*time.Millisecond))
 	require.NoError(t, err, "replicated while the link is up")
 	require.NoError(t, store.write(ctx, 1, "r", a.Owner(), a.Fence()))
 	require.NoError(t, h.Release(ctx, 1, a))
 
 	link.Blackhole() // the replica hears nothing more
-	_, err = h.Acquire(ctx, 1, onMaster, "r", false, WithReplicaAck(1, 300*time.Millisecond))
-	require.ErrorIs(t, err, ErrNotReplicated, "with replica acknowledgement the acquire fails during the cut")
+	_, err = h.Acquire(ctx, 1, onMaster, "r", false, redlease.WithReplicaAck(1, 300*time.Millisecond))
+	require.ErrorIs(t, err, redlease.ErrNotReplicated, "with replica acknowledgement the acquire fails during the cut")
 	b, err := h.Acquire(ctx, 2, onMaster, "r", false)
 	require.NoError(t, err, "without it the master grants the lease")
 	require.NoError(t, store.write(ctx, 2, "r", b.Owner(), b.Fence()))
@@ -535,12 +541,12 @@ func TestFaultReplicationCut(t *testing.T) {
 	// Failover: the replica is promoted without the master's last writes.
 	rrdb := replica.Client(t)
 	require.NoError(t, rrdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
-	onReplica := New(rrdb, faultOpts(h)...)
+	onReplica := redlease.New(rrdb, faultOpts(h)...)
 	defer onReplica.Close(ctx)
-	c, err := h.Acquire(ctx, 3, onReplica, "r", true, WithMaxWait(5*faultTTL))
+	c, err := h.Acquire(ctx, 3, onReplica, "r", true, redlease.WithMaxWait(5*faultTTL))
 	require.NoError(t, err)
 	require.LessOrEqual(t, c.Fence(), b.Fence(), "observed: the promoted replica handed out a duplicate or regressed fence")
-	require.ErrorIs(t, store.write(ctx, 3, "r", c.Owner(), c.Fence()), ErrStaleFence, "and the resource refused it")
+	require.ErrorIs(t, store.write(ctx, 3, "r", c.Owner(), c.Fence()), fencing.ErrStaleFence, "and the resource refused it")
 	link.Heal()
 	_ = h.Release(ctx, 2, b)
 	_ = h.Release(ctx, 3, c)
@@ -564,10 +570,10 @@ func TestFaultCluster(t *testing.T) {
 		resources[i] = fmt.Sprint("shard-", i)
 	}
 	stop := make(chan struct{})
-	done := startWorkers(ctx, stop, scale(4, 8), func() *Client {
+	done := startWorkers(ctx, stop, scale(4, 8), func() *redlease.Client {
 		wc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		t.Cleanup(func() { _ = wc.Close() })
-		return New(wc, faultOpts(h)...)
+		return redlease.New(wc, faultOpts(h)...)
 	}, store, resources)
 	time.Sleep(2 * faultTTL)
 
@@ -579,7 +585,7 @@ func TestFaultCluster(t *testing.T) {
 	})
 	time.Sleep(time.Duration(scale(3, 30)) * faultTTL)
 	close(stop)
-	recv(t, done, 2*time.Minute)
+	servertest.Recv(t, done, 2*time.Minute)
 	require.Positive(t, h.acquiredSince(restarted), "the clients kept working after the restart")
 	h.check(t, checks{fenceOrder: false, ownership: true}) // the restarted master lost its counters
 }
@@ -611,10 +617,10 @@ func TestFaultSentinelFailover(t *testing.T) {
 	})
 
 	stop := make(chan struct{})
-	done := startWorkers(ctx, stop, scale(4, 8), func() *Client {
+	done := startWorkers(ctx, stop, scale(4, 8), func() *redlease.Client {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinels})
 		t.Cleanup(func() { _ = rdb.Close() })
-		return New(rdb, faultOpts(h)...)
+		return redlease.New(rdb, faultOpts(h)...)
 	}, store, []string{"a", "b", "c"})
 	time.Sleep(2 * faultTTL)
 	require.NoError(t, sc.Failover(ctx, "mymaster").Err())
@@ -625,7 +631,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 	failedOver := time.Now()
 	time.Sleep(time.Duration(scale(3, 30)) * faultTTL)
 	close(stop)
-	recv(t, done, 2*time.Minute)
+	servertest.Recv(t, done, 2*time.Minute)
 	require.Positive(t, h.acquiredSince(failedOver), "the failover clients continued on the new master")
 
 	// Fences may have gone back across the failover; the guard refused them.
@@ -633,18 +639,18 @@ func TestFaultSentinelFailover(t *testing.T) {
 	// and the next holder writes again.
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinels})
 	t.Cleanup(func() { _ = rdb.Close() })
-	c := New(rdb, faultOpts(h)...)
+	c := redlease.New(rdb, faultOpts(h)...)
 	defer c.Close(ctx)
 	for _, r := range []string{"a", "b", "c"} {
-		l, err := h.Acquire(ctx, 99, c, r, true, WithMaxWait(5*faultTTL))
+		l, err := h.Acquire(ctx, 99, c, r, true, redlease.WithMaxWait(5*faultTTL))
 		require.NoError(t, err)
 		err = store.write(ctx, 99, r, l.Owner(), l.Fence())
 		require.NoError(t, h.Release(ctx, 99, l))
-		var stale *StaleFenceError
+		var stale *fencing.StaleFenceError
 		if errors.As(err, &stale) {
 			_, err = c.AdvanceFence(ctx, r, stale.Newest)
 			require.NoError(t, err)
-			l, err = h.Acquire(ctx, 99, c, r, true, WithMaxWait(5*faultTTL))
+			l, err = h.Acquire(ctx, 99, c, r, true, redlease.WithMaxWait(5*faultTTL))
 			require.NoError(t, err)
 			require.NoError(t, store.write(ctx, 99, r, l.Owner(), l.Fence()), "repaired: the next holder is accepted")
 			require.NoError(t, h.Release(ctx, 99, l))

@@ -2,11 +2,9 @@ package redlease
 
 import (
 	"context"
-	"database/sql"
 	_ "embed"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -53,59 +51,24 @@ func parseLease(v string) (owner string, fence int64, ok bool) {
 	return v[:i], fence, err == nil
 }
 
-// FenceSource hands out fencing tokens from outside Redis (WithFenceSource).
+// FenceSource hands out fencing tokens from outside Redis (WithFenceSource);
+// fencing.Sequence, a PostgreSQL sequence, is one.
 type FenceSource interface {
 	// NextFence returns a token larger than every token it returned before,
 	// for any resource, even across restarts and failovers of the source.
 	NextFence(ctx context.Context, resource string) (int64, error)
 }
 
-// SequenceFences is a FenceSource backed by one PostgreSQL sequence, through
-// database/sql with any PostgreSQL driver. nextval never hands out a value
-// twice, not even after a crash (it may skip values, which fencing allows),
-// and a PostgreSQL primary with synchronous replication keeps that across its
-// own failover: the fences stop depending on Redis's asynchronous
-// replication. One sequence serves every resource.
-type SequenceFences struct {
-	db   *sql.DB
-	name string
-}
-
-var _ FenceSource = (*SequenceFences)(nil)
-
-var sequenceName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
-
-// NewSequenceFences returns a source drawing from the sequence name (an
-// identifier, optionally schema-qualified). Create makes the sequence.
-func NewSequenceFences(db *sql.DB, name string) (*SequenceFences, error) {
-	if isNil(db) {
-		return nil, invalidf("nil database")
-	}
-	if !sequenceName.MatchString(name) {
-		return nil, invalidf("sequence name %q is not a plain identifier", name)
-	}
-	return &SequenceFences{db: db, name: name}, nil
-}
-
-// Create creates the sequence if it does not exist.
-func (s *SequenceFences) Create(ctx context.Context) error {
-	_, err := s.db.ExecContext(ctx, "CREATE SEQUENCE IF NOT EXISTS "+s.name)
-	return err
-}
-
-// NextFence draws the sequence's next value.
-func (s *SequenceFences) NextFence(ctx context.Context, _ string) (int64, error) {
-	var n int64
-	if err := s.db.QueryRowContext(ctx, "SELECT nextval($1::regclass)", s.name).Scan(&n); err != nil {
-		return 0, fmt.Errorf("redlease: nextval(%s): %w", s.name, err)
-	}
-	return n, nil
-}
-
 //go:embed advance.lua
 var advanceSrc string
 
 var advanceScript = redis.NewScript(advanceSrc)
+
+// MaxFence is the largest fence that AdvanceFence and the guards that compare
+// fences in Lua accept: Lua numbers are doubles, which hold every integer up
+// to 2^53 exactly. A counter that starts at 1 and rises by one per
+// acquisition never gets there.
+const MaxFence int64 = 1 << 53
 
 // AdvanceFence moves the fence counter of resource forward to at least
 // atLeast, atomically, and returns the counter's value afterwards. It never

@@ -147,36 +147,4 @@ func TestFenceSource(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1003), l.Fence(), "fences keep rising; drawn values may be skipped")
 	require.NoError(t, l.Release(ctx))
-
-	_, err = NewSequenceFences(nil, "s")
-	require.ErrorIs(t, err, ErrInvalidArgument)
-}
-
-// A PostgreSQL sequence as the fence source: fences keep rising across a
-// Redis restart that loses the counter.
-func TestIntegrationSequenceFencesSurviveRedisRestart(t *testing.T) {
-	db := servertest.Postgres(t)
-	lock := servertest.Redis(t)
-	ctx := t.Context()
-	src, err := NewSequenceFences(db, "redlease_fences")
-	require.NoError(t, err)
-	require.NoError(t, src.Create(ctx))
-	_, err = NewSequenceFences(db, "fences; DROP TABLE x")
-	require.ErrorIs(t, err, ErrInvalidArgument)
-
-	c := New(lock.Client(t), WithFenceSource(src))
-	var last int64
-	for i := range 6 {
-		if i == 3 {
-			lock.Restart(t) // the Redis counter is gone
-		}
-		l, err := c.Acquire(ctx, "r", WithMaxWait(10*time.Second))
-		require.NoError(t, err)
-		require.Greater(t, l.Fence(), last, "acquisition %d", i)
-		last = l.Fence()
-		require.NoError(t, l.Release(ctx))
-	}
-	n, err := c.LastFence(ctx, "r")
-	require.NoError(t, err)
-	require.Equal(t, int64(3), n, "the Redis counter started again, the source's fences did not")
 }

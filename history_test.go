@@ -1,4 +1,4 @@
-package redlease
+package redlease_test
 
 import (
 	"cmp"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/fencing"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,10 +68,10 @@ type leaseLog struct {
 	owner      string
 	fence      int64
 	ttl        time.Duration
-	confirmed  []time.Time // send times of the acquire and of every confirmed renewal
-	renewsSent []time.Time // send times of every renewal, whatever its outcome
-	ended      time.Time   // when its context ended; zero if it did not
-	endedBy    Outcome     // lost, expired, max hold; 0 for release
+	confirmed  []time.Time      // send times of the acquire and of every confirmed renewal
+	renewsSent []time.Time      // send times of every renewal, whatever its outcome
+	ended      time.Time        // when its context ended; zero if it did not
+	endedBy    redlease.Outcome // lost, expired, max hold; 0 for release
 }
 
 type history struct {
@@ -97,14 +99,14 @@ func (h *history) record(client int, call int64, in opInput, out opOutput) {
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Call: call, Return: ret, Input: in, Output: out})
 }
 
-// observer returns the Observer that fills in the leases' logs; give it to
-// every Client of the scenario, with the TTL they use.
-func (h *history) observer(ttl time.Duration) Observer {
-	return ObserverFunc(func(_ context.Context, e Event) {
+// observer returns the redlease.Observer that fills in the leases' logs; give it to
+// every redlease.Client of the scenario, with the TTL they use.
+func (h *history) observer(ttl time.Duration) redlease.Observer {
+	return redlease.ObserverFunc(func(_ context.Context, e redlease.Event) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		l := h.leases[e.Owner]
-		if l == nil && e.Owner != "" && e.Kind == EventAcquire && e.Outcome == OutcomeOK {
+		if l == nil && e.Owner != "" && e.Kind == redlease.EventAcquire && e.Outcome == redlease.OutcomeOK {
 			l = &leaseLog{resource: e.Resource, owner: e.Owner, fence: e.Fence, ttl: ttl}
 			h.leases[e.Owner] = l
 		}
@@ -112,16 +114,16 @@ func (h *history) observer(ttl time.Duration) Observer {
 			return
 		}
 		switch e.Kind {
-		case EventRenew:
+		case redlease.EventRenew:
 			l.renewsSent = append(l.renewsSent, e.Start)
-			if e.Outcome == OutcomeOK {
+			if e.Outcome == redlease.OutcomeOK {
 				l.confirmed = append(l.confirmed, e.Start)
 			}
-		case EventLost:
+		case redlease.EventLost:
 			if l.ended.IsZero() {
 				l.ended, l.endedBy = e.End, e.Outcome
 			}
-		case EventRelease:
+		case redlease.EventRelease:
 			if l.ended.IsZero() {
 				l.ended = e.Start
 			}
@@ -129,24 +131,24 @@ func (h *history) observer(ttl time.Duration) Observer {
 	})
 }
 
-// acquired records the send time of a lease's acquire request, which only
-// the lease knows.
-func (h *history) acquired(l *Lease) {
-	l.mu.Lock()
-	sent := l.acquired
-	l.mu.Unlock()
+// acquired records the send time of a lease's acquire request: its first
+// local deadline less the lease's local lifetime. (Should a renewal have
+// moved the deadline by now, that is the send time of a renewal, which
+// confirmed the lease too.)
+func (h *history) acquired(l *redlease.Lease) {
+	sent := l.Deadline().Add(-faultLifetime)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ll := h.leases[l.owner]; ll != nil {
+	if ll := h.leases[l.Owner()]; ll != nil {
 		ll.confirmed = append([]time.Time{sent}, ll.confirmed...)
 	}
 }
 
 // Acquire runs c.Acquire (or TryAcquire when wait is false) and records it.
-func (h *history) Acquire(ctx context.Context, client int, c *Client, resource string, wait bool, opts ...Option) (*Lease, error) {
+func (h *history) Acquire(ctx context.Context, client int, c *redlease.Client, resource string, wait bool, opts ...redlease.Option) (*redlease.Lease, error) {
 	call := h.now()
 	var (
-		l   *Lease
+		l   *redlease.Lease
 		err error
 	)
 	if wait {
@@ -159,7 +161,7 @@ func (h *history) Acquire(ctx context.Context, client int, c *Client, resource s
 	case err == nil:
 		out = opOutput{res: resOK, fence: l.Fence(), owner: l.Owner()}
 		h.acquired(l)
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, redlease.ErrOutcomeUnknown):
 		out.res = resUnknown
 	}
 	h.record(client, call, opInput{kind: opAcquire, resource: resource}, out)
@@ -167,27 +169,27 @@ func (h *history) Acquire(ctx context.Context, client int, c *Client, resource s
 }
 
 // Refresh runs l.Refresh and records it.
-func (h *history) Refresh(ctx context.Context, client int, l *Lease) error {
+func (h *history) Refresh(ctx context.Context, client int, l *redlease.Lease) error {
 	call := h.now()
 	err := l.Refresh(ctx)
-	h.record(client, call, opInput{kind: opRenew, resource: l.resource, owner: l.owner, fence: l.fence}, outcome(err, ErrLeaseLost, ErrReleased))
+	h.record(client, call, opInput{kind: opRenew, resource: l.Resource(), owner: l.Owner(), fence: l.Fence()}, outcome(err, redlease.ErrLeaseLost, redlease.ErrReleased))
 	return err
 }
 
 // Release runs l.Release and records it.
-func (h *history) Release(ctx context.Context, client int, l *Lease) error {
+func (h *history) Release(ctx context.Context, client int, l *redlease.Lease) error {
 	call := h.now()
 	err := l.Release(ctx)
-	h.record(client, call, opInput{kind: opRelease, resource: l.resource, owner: l.owner, fence: l.fence}, outcome(err, ErrLeaseLost))
+	h.record(client, call, opInput{kind: opRelease, resource: l.Resource(), owner: l.Owner(), fence: l.Fence()}, outcome(err, redlease.ErrLeaseLost))
 	return err
 }
 
 // Write runs a fenced write and records it: write must return nil when the
-// resource accepted it and an error matching ErrStaleFence when it refused.
+// resource accepted it and an error matching fencing.ErrStaleFence when it refused.
 func (h *history) Write(client int, resource, owner string, fence int64, write func() error) error {
 	call := h.now()
 	err := write()
-	h.record(client, call, opInput{kind: opWrite, resource: resource, owner: owner, fence: fence}, outcome(err, ErrStaleFence))
+	h.record(client, call, opInput{kind: opWrite, resource: resource, owner: owner, fence: fence}, outcome(err, fencing.ErrStaleFence))
 	return err
 }
 
@@ -573,13 +575,13 @@ func precededBy(ops []porcupine.Operation, fence func(porcupine.Operation) int64
 
 // checkDeadline: a lease context that ended for want of renewal ended before
 // Redis could have expired the lease: before the send time of its last
-// confirmed request plus TTL·(1−DriftFactor) (S3).
+// confirmed request plus TTL·(1−redlease.DriftFactor) (S3).
 func checkDeadline(l *leaseLog) error {
-	if l.endedBy != OutcomeExpired || len(l.confirmed) == 0 {
+	if l.endedBy != redlease.OutcomeExpired || len(l.confirmed) == 0 {
 		return nil
 	}
 	last := slices.MaxFunc(l.confirmed, func(a, b time.Time) int { return a.Compare(b) })
-	bound := last.Add(l.ttl - time.Duration(float64(l.ttl)*DriftFactor))
+	bound := last.Add(l.ttl - time.Duration(float64(l.ttl)*redlease.DriftFactor))
 	if !l.ended.Before(bound) {
 		return fmt.Errorf("S3: lease %q fence %d ended %v after its last confirmed send, at or past the TTL bound %v",
 			l.resource, l.fence, l.ended.Sub(last), bound.Sub(last))
@@ -680,11 +682,11 @@ func TestHistoryCheckerCatchesViolations(t *testing.T) {
 		}, ""},
 		{"context ended past the bound", strict, func(h *history) {
 			h.leases["a"] = &leaseLog{resource: "r", owner: "a", fence: 1, ttl: time.Second,
-				confirmed: []time.Time{base}, ended: base.Add(time.Second), endedBy: OutcomeExpired}
+				confirmed: []time.Time{base}, ended: base.Add(time.Second), endedBy: redlease.OutcomeExpired}
 		}, "S3"},
 		{"renew after the end", strict, func(h *history) {
 			h.leases["a"] = &leaseLog{resource: "r", owner: "a", fence: 1, ttl: time.Second,
-				renewsSent: []time.Time{base.Add(2 * time.Second)}, ended: base.Add(time.Second), endedBy: OutcomeLost}
+				renewsSent: []time.Time{base.Add(2 * time.Second)}, ended: base.Add(time.Second), endedBy: redlease.OutcomeLost}
 		}, "S4"},
 	}
 	for _, tc := range cases {

@@ -94,7 +94,7 @@ func TestCloseReleasesALapsedLease(t *testing.T) {
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "r", WithMaxHold(100*time.Millisecond))
 	require.NoError(t, err)
-	waitDone(t, l.Context(), 5*time.Second)
+	servertest.WaitDone(t, l.Context(), 5*time.Second)
 	require.ErrorIs(t, context.Cause(l.Context()), ErrMaxHold)
 	require.True(t, mr.Exists("redlease:{r}:lease"), "Redis still holds it")
 	require.Equal(t, 1, c.tracked())
@@ -108,14 +108,14 @@ func TestCloseReleasesALapsedLease(t *testing.T) {
 	defer c2.Close(ctx)
 	l2, err := c2.TryAcquire(ctx, "r2")
 	require.NoError(t, err)
-	waitDone(t, l2.Context(), 5*time.Second)
+	servertest.WaitDone(t, l2.Context(), 5*time.Second)
 	require.Equal(t, 1, c2.tracked())
 	servertest.WaitFor(t, 5*time.Second, func() bool { return c2.tracked() == 0 })
 
 	// Released by its holder: forgotten at once.
 	l3, err := c2.TryAcquire(ctx, "r3")
 	require.NoError(t, err)
-	waitDone(t, l3.Context(), 5*time.Second)
+	servertest.WaitDone(t, l3.Context(), 5*time.Second)
 	require.NoError(t, l3.Release(ctx))
 	require.Zero(t, c2.tracked())
 }

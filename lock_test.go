@@ -349,7 +349,7 @@ func TestLocalDeadlineEndsLeaseWithoutRenewal(t *testing.T) {
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
 	require.False(t, l.Deadline().After(start.Add(100*time.Millisecond)))
-	waitDone(t, l.Context(), 10*time.Second)
+	servertest.WaitDone(t, l.Context(), 10*time.Second)
 	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
 	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond, "lifetime is TTL less drift and margin")
 	require.NoError(t, l.Release(t.Context()), "the key was still there: miniredis does not expire without FastForward")
@@ -365,7 +365,7 @@ func TestWatchdogOnMiniredis(t *testing.T) {
 
 	// The key disappears (an operator deleted it): the next renewal notices.
 	mr.Del("redlease:{r}:lease")
-	waitDone(t, l.Context(), 10*time.Second)
+	servertest.WaitDone(t, l.Context(), 10*time.Second)
 	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
 	require.ErrorIs(t, l.Release(t.Context()), ErrLeaseLost)
 }
@@ -422,7 +422,7 @@ func TestIntegrationDeadHolderIsReplacedAfterExpiry(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, b.Fence(), a.Fence())
 	require.Less(t, time.Since(start), 10*time.Second)
-	waitDone(t, a.Context(), 10*time.Second) // the dead holder's context ended too
+	servertest.WaitDone(t, a.Context(), 10*time.Second) // the dead holder's context ended too
 	require.NoError(t, b.Release(ctx))
 }
 
@@ -461,7 +461,7 @@ func TestIntegrationRenewAfterLoss(t *testing.T) {
 			require.NoError(t, err)
 
 			if autoRenew {
-				waitDone(t, a.Context(), 10*time.Second) // the watchdog's renewal found it
+				servertest.WaitDone(t, a.Context(), 10*time.Second) // the watchdog's renewal found it
 			} else {
 				require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost)
 			}
@@ -511,7 +511,7 @@ func TestIntegrationUnreachableRedisEndsContextBeforeServerExpiry(t *testing.T) 
 	proxy.Blackhole()
 	// Every confirmed request was sent before the cut, so the server keeps
 	// the lease until at least cut+TTL; the context must end before that.
-	waitDone(t, l.Context(), 3*ttl)
+	servertest.WaitDone(t, l.Context(), 3*ttl)
 	ended := time.Now()
 	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
 	require.True(t, ended.Before(cut.Add(ttl)), "context ended %v after the cut, TTL is %v", ended.Sub(cut), ttl)
@@ -589,7 +589,7 @@ func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
 		mr.Del(fmt.Sprintf("redlease:{g%d}:lease", i))
 	}
 	for _, l := range leases[10:] {
-		waitDone(t, l.Context(), 10*time.Second)
+		servertest.WaitDone(t, l.Context(), 10*time.Second)
 	}
 	// Closing the connections ends the server's and the pool's goroutines;
 	// a watchdog goroutine would remain.

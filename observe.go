@@ -122,8 +122,12 @@ func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		return nil
 	}
-	return WithObserver(logObserver{l})
+	return WithObserver(LogObserver(l))
 }
+
+// LogObserver returns the Observer that WithLogger adds: it logs events to l
+// as WithLogger says. The guards of package fencing take it too.
+func LogObserver(l *slog.Logger) Observer { return logObserver{l} }
 
 type logObserver struct{ l *slog.Logger }
 

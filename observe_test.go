@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +71,7 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 
 	l, err = c.TryAcquire(ctx, "r", WithTTL(50*time.Millisecond))
 	require.NoError(t, err)
-	waitDone(t, l.Context(), 10*time.Second)
+	servertest.WaitDone(t, l.Context(), 10*time.Second)
 	require.NoError(t, l.Release(ctx), "miniredis keeps the key without FastForward")
 	require.Equal(t, []string{"acquire:ok", "lost:expired", "release:ok"}, rec.take())
 }
@@ -101,45 +99,4 @@ func TestLoggerIsQuietOnSuccessAndWarnsOnLoss(t *testing.T) {
 	require.Contains(t, out, "overran=true")
 	require.NotContains(t, out, l.Owner(), "only an owner prefix is logged")
 	require.Equal(t, 3, strings.Count(out, "\n"), "renew failure (Info), loss and release (Warn):\n%s", out)
-}
-
-func TestGuardsReportStaleFences(t *testing.T) {
-	_, rdb := servertest.Mini(t)
-	ctx := t.Context()
-	rec := &recorder{}
-
-	rg := NewRedisGuard(rdb, WithObserver(rec))
-	require.NoError(t, rg.Set(ctx, "k", "v", 0, 2, "b"))
-	require.ErrorIs(t, rg.Set(ctx, "k", "v", 0, 1, "a"), ErrStaleFence)
-	_, err := rg.Del(ctx, "k", 1, "a")
-	require.ErrorIs(t, err, ErrStaleFence)
-
-	db := openSQLite(t)
-	sg, err := NewSQLGuard(DialectSQLite, "fences", WithObserver(rec))
-	require.NoError(t, err)
-	require.NoError(t, sg.CreateTable(ctx, db))
-	for _, fence := range []int64{2, 1} {
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		err = sg.Check(ctx, tx, "r", fence, "o")
-		_ = tx.Rollback()
-		if fence == 1 {
-			require.ErrorIs(t, err, ErrStaleFence)
-		} else {
-			require.NoError(t, err)
-			tx, _ = db.BeginTx(ctx, nil)
-			require.NoError(t, sg.Check(ctx, tx, "r", fence, "o"))
-			require.NoError(t, tx.Commit())
-		}
-	}
-
-	h := HTTPGuard{Store: &MemoryFenceStore{}, Observer: rec}.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	for _, fence := range []string{"2", "1"} {
-		req := httptest.NewRequest(http.MethodPost, "/", nil)
-		req.Header.Set(HeaderFencingToken, fence)
-		req.Header.Set(HeaderFencingResource, "r")
-		req.Header.Set(HeaderFencingOwner, "o")
-		h.ServeHTTP(httptest.NewRecorder(), req)
-	}
-	require.Equal(t, []string{"stale_fence:stale", "stale_fence:stale", "stale_fence:stale", "stale_fence:stale"}, rec.take())
 }

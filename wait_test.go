@@ -73,7 +73,7 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, order[0], msg.Payload+"/"+clients[0].hub.id, "release names the first waiter")
 	require.Equal(t, "redlease:{r}:wake:"+clients[0].hub.id, msg.Channel, "on its Client's channel only")
-	first := recv(t, waits[0], 30*time.Second)
+	first := servertest.Recv(t, waits[0], 30*time.Second)
 	require.NoError(t, first.err)
 	require.Equal(t, msg.Payload, first.l.Owner())
 	require.Equal(t, order[1:], queued(t, rdb, "r"), "the others keep their places")
@@ -81,7 +81,7 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	// A waiter that gives up leaves the queue.
 	require.NoError(t, first.l.Release(ctx))
 	for _, w := range waits[1:] {
-		got := recv(t, w, 30*time.Second)
+		got := servertest.Recv(t, w, 30*time.Second)
 		require.NoError(t, got.err)
 		require.NoError(t, got.l.Release(ctx))
 	}
@@ -98,7 +98,7 @@ func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	w := startWaiter(ctx, c, "r")
 	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 1 })
 	cancel()
-	got := recv(t, w, 30*time.Second)
+	got := servertest.Recv(t, w, 30*time.Second)
 	require.ErrorIs(t, got.err, ErrNotAcquired)
 	require.ErrorIs(t, got.err, context.Canceled)
 	require.Empty(t, queued(t, rdb, "r"))
@@ -153,7 +153,7 @@ func TestFairWaitersGoInArrivalOrder(t *testing.T) {
 
 	require.NoError(t, l.Release(ctx))
 	for _, w := range waits {
-		require.NoError(t, recv(t, w, 30*time.Second).err)
+		require.NoError(t, servertest.Recv(t, w, 30*time.Second).err)
 	}
 	require.Equal(t, []int{0, 1, 2, 3}, order)
 }
@@ -202,8 +202,8 @@ func TestVanishedWaiterIsDroppedFromQueue(t *testing.T) {
 
 	w := startWaiter(ctx, c, "r")
 	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "r")) == 2 })
-	require.NoError(t, l.Release(ctx)) // wakes "dead", which never comes
-	got := recv(t, w, 30*time.Second)  // the live waiter gets it once "dead" has timed out
+	require.NoError(t, l.Release(ctx))           // wakes "dead", which never comes
+	got := servertest.Recv(t, w, 30*time.Second) // the live waiter gets it once "dead" has timed out
 	require.NoError(t, got.err)
 	require.NotContains(t, queued(t, rdb, "r"), "dead")
 	require.NoError(t, got.l.Release(ctx))
@@ -364,7 +364,7 @@ func TestIntegrationMaxHold(t *testing.T) {
 	start := time.Now()
 	l, err := c.TryAcquire(ctx, "r", WithMaxHold(time.Second))
 	require.NoError(t, err)
-	waitDone(t, l.Context(), 10*time.Second)
+	servertest.WaitDone(t, l.Context(), 10*time.Second)
 	require.ErrorIs(t, context.Cause(l.Context()), ErrMaxHold)
 	require.NotErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
 	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "renewed until the hold limit")
@@ -391,7 +391,7 @@ func TestAcquireOnClusterWakesWaiters(t *testing.T) {
 	}
 	for i, l := range leases {
 		require.NoError(t, l.Release(ctx))
-		got := recv(t, waits[i], 60*time.Second)
+		got := servertest.Recv(t, waits[i], 60*time.Second)
 		require.NoError(t, got.err)
 		require.Equal(t, int64(2), got.l.Fence())
 		require.NoError(t, got.l.Release(ctx))
@@ -418,7 +418,7 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "blocked")) == 1 })
 
 	require.NoError(t, c.Close(ctx))
-	require.ErrorIs(t, recv(t, w, 30*time.Second).err, ErrClientClosed)
+	require.ErrorIs(t, servertest.Recv(t, w, 30*time.Second).err, ErrClientClosed)
 	require.ErrorIs(t, context.Cause(a.Context()), ErrReleased)
 	require.ErrorIs(t, context.Cause(b.Context()), ErrReleased)
 	require.Zero(t, rdb.Exists(ctx, "redlease:{a}:lease", "redlease:{b}:lease").Val())

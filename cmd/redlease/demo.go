@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/fencing"
 )
 
 // demo tells the stale-writer story as a timeline: A takes the lease and
@@ -55,7 +56,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	locks := redlease.New(rdb, redlease.WithTTL(*ttl), redlease.WithPrefix("redlease-demo:"))
 	// The resource: an invoice's status in Redis, written only through the
 	// fencing guard, which checks the fence in the same script as the write.
-	guard := redlease.NewRedisGuard(rdb)
+	guard := fencing.NewRedisGuard(rdb)
 	invoice := *resource + ":status"
 	write := func(l *redlease.Lease, value string) error {
 		return guard.Set(ctx, invoice, value, 0, l.Fence(), l.Owner())
@@ -101,7 +102,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	}
 	say("A", "wakes up and writes %q with fence %d", "paid by A", a.Fence())
 	switch err := write(a, "paid by A"); {
-	case errors.Is(err, redlease.ErrStaleFence):
+	case errors.Is(err, fencing.ErrStaleFence):
 		say("A", "REJECTED by the resource: %v", err)
 	case err != nil:
 		return fmt.Errorf("A's write: %w", err)

@@ -121,3 +121,26 @@ func freePort() (int, error) {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
+
+// WaitDone waits up to limit for ctx to end and fails the test otherwise.
+func WaitDone(tb testing.TB, ctx context.Context, limit time.Duration) {
+	tb.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(limit):
+		tb.Fatalf("context not done after %v", limit)
+	}
+}
+
+// Recv receives from ch, failing the test if nothing arrives within limit.
+func Recv[T any](tb testing.TB, ch <-chan T, limit time.Duration) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(limit):
+		tb.Fatalf("nothing received within %v", limit)
+		var zero T
+		return zero
+	}
+}

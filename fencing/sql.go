@@ -1,13 +1,17 @@
-package redlease
+package fencing
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/shared"
 )
 
 // SQLDialect names the SQL a guard writes. The guards use database/sql only
@@ -90,14 +94,17 @@ type SQLGuard struct {
 	table     string
 	upsert    string
 	newest    string
+	forget    string
 	ddl       string
-	observers []Observer
+	observers []redlease.Observer
 }
 
 // NewSQLGuard returns a guard that keeps its records in table, a plain or
 // schema-qualified identifier (letters, digits and underscores; spliced into
-// SQL unquoted, so PostgreSQL folds it to lower case). The table must have the
-// columns that CreateTable creates. NewSQLGuard does no I/O.
+// SQL unquoted, so PostgreSQL folds it to lower case; at most 63 bytes a
+// part, PostgreSQL's limit). The table must have the columns that
+// CreateTable creates. NewSQLGuard does no I/O. Of the options, WithObserver
+// and WithLogger apply.
 func NewSQLGuard(dialect SQLDialect, table string, opts ...Option) (*SQLGuard, error) {
 	if !dialect.valid() {
 		return nil, invalidf("unknown SQL dialect %q", dialect)
@@ -106,7 +113,7 @@ func NewSQLGuard(dialect SQLDialect, table string, opts ...Option) (*SQLGuard, e
 		return nil, invalidf("table name %q is not a plain identifier", table)
 	}
 	p := dialect.placeholder
-	g := &SQLGuard{dialect: dialect, table: table, observers: observersOf(opts)}
+	g := &SQLGuard{dialect: dialect, table: table, observers: newConfig(opts).observers}
 	// The alias g names the stored row, excluded the offered one. The update
 	// branch doubles as the check: when its WHERE fails, no row is affected.
 	g.upsert = fmt.Sprintf(`INSERT INTO %s AS g (resource, fence, owner) VALUES (%s, %s, %s)
@@ -114,6 +121,7 @@ ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, owner = excluded.ow
 WHERE excluded.fence > g.fence OR (excluded.fence = g.fence AND excluded.owner = g.owner)`,
 		table, p(1), p(2), p(3))
 	g.newest = fmt.Sprintf(`SELECT fence, owner FROM %s WHERE resource = %s`, table, p(1))
+	g.forget = fmt.Sprintf(`DELETE FROM %s WHERE resource = %s`, table, p(1))
 	g.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	resource TEXT NOT NULL PRIMARY KEY,
 	fence    BIGINT NOT NULL CHECK (fence > 0),
@@ -126,10 +134,11 @@ WHERE excluded.fence > g.fence OR (excluded.fence = g.fence AND excluded.owner =
 //
 //	resource TEXT PRIMARY KEY, fence BIGINT (> 0), owner TEXT
 //
-// Rows are never deleted by the guard: a resource's row must outlive every
-// lease of it, or a stale holder could write after the row was gone.
+// Rows are never deleted by Check: a resource's row must outlive every lease
+// of it, or a stale holder could write after the row was gone. Forget
+// deletes the row of a resource that is gone for good.
 func (g *SQLGuard) CreateTable(ctx context.Context, db SQLTx) error {
-	if g == nil || isNil(db) {
+	if g == nil || shared.IsNil(db) {
 		return invalidf("nil SQLGuard or database")
 	}
 	if _, err := db.ExecContext(ctx, g.ddl); err != nil {
@@ -142,9 +151,11 @@ func (g *SQLGuard) CreateTable(ctx context.Context, db SQLTx) error {
 // tx, or refuses it. It returns nil if the fencing rule admits the write (and
 // records fence and owner as the resource's newest); a *StaleFenceError
 // (matching ErrStaleFence) if the resource has accepted a newer fence, or the
-// same fence from another owner; ErrInvalidArgument for an empty resource or
-// owner or a fence below 1, before any statement; and a database error
-// otherwise. On any error the caller must roll tx back.
+// same fence from another owner; redlease.ErrInvalidArgument for an empty
+// resource or
+// owner, a fence below 1 or a resource name that SQL cannot store (see
+// checkResource), before any statement; and a database error otherwise. On
+// any error the caller must roll tx back.
 //
 // Check blocks while another open transaction holds the resource's row, until
 // that transaction ends or ctx does. Under PostgreSQL's REPEATABLE READ or
@@ -157,162 +168,76 @@ func (g *SQLGuard) Check(ctx context.Context, tx SQLTx, resource string, fence i
 	switch {
 	case g == nil:
 		return invalidf("nil SQLGuard")
-	case isNil(tx):
+	case shared.IsNil(tx):
 		return invalidf("nil transaction")
-	case resource == "":
-		return invalidf("empty resource name")
+	}
+	if err := checkResource(resource); err != nil {
+		return err
 	}
 	if err := checkToken(fence, owner); err != nil {
 		return err
 	}
 	res, err := tx.ExecContext(ctx, g.upsert, resource, fence, owner)
 	if err != nil {
-		return fmt.Errorf("redlease: guard %q: %w", resource, err)
+		return fmt.Errorf("redlease: guard %s: %w", quote(resource), err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("redlease: guard %q: %w", resource, err)
+		return fmt.Errorf("redlease: guard %s: %w", quote(resource), err)
 	}
 	if n == 1 {
 		return nil
 	}
 	if n != 0 {
-		return fmt.Errorf("redlease: guard %q: the upsert affected %d rows, want 0 or 1", resource, n)
+		return fmt.Errorf("redlease: guard %s: the upsert affected %d rows, want 0 or 1", quote(resource), n)
 	}
 	// Refused: the row exists and the statement locked it, so it reads the
 	// same now as when the upsert compared against it.
 	var newest int64
 	var newestOwner string
 	if err := tx.QueryRowContext(ctx, g.newest, resource).Scan(&newest, &newestOwner); err != nil {
-		return fmt.Errorf("redlease: guard %q refused fence %d, and reading its newest failed: %w", resource, fence, err)
+		return fmt.Errorf("redlease: guard %s refused fence %d, and reading its newest failed: %w", quote(resource), fence, err)
 	}
 	return &StaleFenceError{Resource: resource, Fence: fence, Owner: owner, Newest: newest, NewestOwner: newestOwner}
 }
 
-// RowGuard is the per-row pattern: each row of the caller's own table carries
-// the fence (and the owner) of the last write accepted on it, and each write
-// is a conditional UPDATE that admits only a fence the rule allows:
-//
-//	UPDATE invoices SET state = 'paid', last_fence = $2, last_owner = $3
-//	WHERE id = $1 AND state = 'pending' AND <Cond(2)>
-//
-// It needs no extra table and no transaction: the UPDATE is the check. But
-// when it changes no row, that alone does not say why; Verify tells a stale
-// fence (*StaleFenceError) apart from a missing row or a row in another state
-// (ErrNoRowMatched). Zero rows affected is never success.
-//
-// The fence column must be NOT NULL DEFAULT 0, the owner column NOT NULL
-// DEFAULT ”. With no owner column the guard is strict, as in the classic
-// pattern (last_fence < $f): each fence is accepted once per row, so a holder
-// cannot update the same row twice, and two holders with equal fences after a
-// counter reset are told apart only by that.
-//
-// The zero value is not usable; call NewRowGuard. A RowGuard is safe for
-// concurrent use.
-type RowGuard struct {
-	dialect                 SQLDialect
-	table, fenceCol, ownCol string
-	newest                  string
-	fenceOnly               bool
-	observers               []Observer
+// Forget deletes the guard's row of resource, for a resource that the
+// application deletes for good and that no lease will write again: once the
+// row is gone, the next Check admits any fence. Run it in the transaction
+// that deletes the resource's data, so that a stale holder's Check either
+// comes first (and is then deleted with it) or finds the data gone.
+func (g *SQLGuard) Forget(ctx context.Context, tx SQLTx, resource string) error {
+	if g == nil || shared.IsNil(tx) {
+		return invalidf("nil SQLGuard or transaction")
+	}
+	if err := checkResource(resource); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, g.forget, resource); err != nil {
+		return fmt.Errorf("redlease: guard %s: forget: %w", quote(resource), err)
+	}
+	return nil
 }
 
-// NewRowGuard returns a guard of rows of table, identified by idColumn, that
-// keep the last accepted fence in fenceColumn and its owner in ownerColumn
-// (empty for the strict pattern). Names are plain identifiers, spliced into
-// SQL unquoted. NewRowGuard does no I/O.
-func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn string, opts ...Option) (*RowGuard, error) {
-	if !dialect.valid() {
-		return nil, invalidf("unknown SQL dialect %q", dialect)
-	}
-	if !tableRE.MatchString(table) {
-		return nil, invalidf("table name %q is not a plain identifier", table)
-	}
-	for i, c := range []string{idColumn, fenceColumn, ownerColumn} {
-		if i == 2 && c == "" { // no owner column: the strict pattern
-			continue
-		}
-		if !identRE.MatchString(c) {
-			return nil, invalidf("column name %q is not a plain identifier", c)
-		}
-	}
-	g := &RowGuard{dialect: dialect, table: table, fenceCol: fenceColumn, ownCol: ownerColumn, fenceOnly: ownerColumn == "",
-		observers: observersOf(opts)}
-	owner := ownerColumn
-	if g.fenceOnly {
-		owner = "''"
-	}
-	g.newest = fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = %s",
-		fenceColumn, owner, table, idColumn, dialect.placeholder(1))
-	return g, nil
-}
+// MaxSQLResource is the longest resource name, in bytes, that the SQL
+// guards take: PostgreSQL refuses a B-tree index entry over 2704 bytes,
+// and the guard table's primary key is one.
+const MaxSQLResource = 2048
 
-// Cond returns the condition to AND into the fenced UPDATE's WHERE clause. It
-// refers to the fence as argument n and, with an owner column, to the owner
-// as argument n+1, using the dialect's numbered placeholders ($n in
-// PostgreSQL, ?n in SQLite). Number them after your own arguments; in SQLite,
-// put plain ? placeholders only before the condition.
-func (g *RowGuard) Cond(n int) string {
-	if g == nil {
-		return "FALSE"
+// checkResource refuses, before any statement, a resource name that the SQL
+// guards cannot store in every dialect: empty, longer than MaxSQLResource,
+// not valid UTF-8 (PostgreSQL's UTF8 encoding refuses it), or holding a NUL
+// byte (PostgreSQL's text cannot hold one).
+func checkResource(resource string) error {
+	switch {
+	case resource == "":
+		return invalidf("empty resource name")
+	case len(resource) > MaxSQLResource:
+		return invalidf("resource name %s is over %d bytes, the most an SQL guard stores", quote(resource), MaxSQLResource)
+	case !utf8.ValidString(resource):
+		return invalidf("resource name %s is not valid UTF-8, which PostgreSQL cannot store", quote(resource))
+	case strings.IndexByte(resource, 0) >= 0:
+		return invalidf("resource name %s holds a NUL byte, which PostgreSQL cannot store", quote(resource))
 	}
-	f := g.dialect.placeholder(n)
-	if g.fenceOnly {
-		return fmt.Sprintf("%s < %s", g.fenceCol, f)
-	}
-	o := g.dialect.placeholder(n + 1)
-	return fmt.Sprintf("(%s < %s OR (%s = %s AND %s = %s))", g.fenceCol, f, g.fenceCol, f, g.ownCol, o)
-}
-
-// Verify returns nil if res, the result of a fenced UPDATE of the row id,
-// changed a row, and otherwise what Explain says.
-func (g *RowGuard) Verify(ctx context.Context, tx SQLTx, res sql.Result, id any, fence int64, owner string) error {
-	if isNil(res) {
-		return invalidf("nil sql.Result")
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("redlease: rows affected: %w", err)
-	}
-	if n > 0 {
-		return nil
-	}
-	return g.Explain(ctx, tx, id, fence, owner)
-}
-
-// Explain says why a fenced UPDATE of the row id changed nothing. It reads the
-// row's fence (and owner) and returns a *StaleFenceError if the rule refuses
-// fence and owner against them, or an error matching ErrNoRowMatched if the
-// row is missing or the fence was not the reason (the row is in another
-// state). It never returns nil. Run it in the transaction of the UPDATE, if
-// any, so that it reads what the UPDATE saw, or later.
-func (g *RowGuard) Explain(ctx context.Context, tx SQLTx, id any, fence int64, owner string) (err error) {
-	if g != nil && len(g.observers) > 0 {
-		defer func(start time.Time) { reportStale(ctx, g.observers, start, err) }(time.Now())
-	}
-	if g == nil || isNil(tx) {
-		return invalidf("nil RowGuard or transaction")
-	}
-	var (
-		newest      sql.NullInt64
-		newestOwner sql.NullString
-	)
-	err = tx.QueryRowContext(ctx, g.newest, id).Scan(&newest, &newestOwner)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: %s has no row %v", ErrNoRowMatched, g.table, id)
-	}
-	if err != nil {
-		return fmt.Errorf("redlease: reading the fence of %s %v: %w", g.table, id, err)
-	}
-	stale := !admits(fence, owner, newest.Int64, newestOwner.String)
-	if g.fenceOnly {
-		stale = fence <= newest.Int64
-	}
-	if stale {
-		return &StaleFenceError{
-			Resource: g.table + "/" + fmt.Sprint(id),
-			Fence:    fence, Owner: owner, Newest: newest.Int64, NewestOwner: newestOwner.String,
-		}
-	}
-	return fmt.Errorf("%w: row %v of %s is not in the state the update requires", ErrNoRowMatched, id, g.table)
+	return nil
 }

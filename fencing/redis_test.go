@@ -1,4 +1,4 @@
-package redlease
+package fencing
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +39,7 @@ func TestFenceRecordKey(t *testing.T) {
 	for _, c := range recordKeyCases {
 		got, err := fenceRecordKey("redlease:fenced:", c.key)
 		if c.record == "" {
-			require.ErrorIs(t, err, ErrInvalidArgument, "key %q", c.key)
+			require.ErrorIs(t, err, redlease.ErrInvalidArgument, "key %q", c.key)
 			continue
 		}
 		require.NoError(t, err, "key %q", c.key)
@@ -57,7 +58,7 @@ func TestIntegrationRedisGuardOnCluster(t *testing.T) {
 	g := NewRedisGuard(cc)
 	for _, c := range recordKeyCases {
 		if c.record == "" {
-			require.ErrorIs(t, g.Set(ctx, c.key, "v", 0, 1, "o"), ErrInvalidArgument, "key %q", c.key)
+			require.ErrorIs(t, g.Set(ctx, c.key, "v", 0, 1, "o"), redlease.ErrInvalidArgument, "key %q", c.key)
 			continue
 		}
 		ks, err := cc.ClusterKeySlot(ctx, c.key).Result()
@@ -69,7 +70,7 @@ func TestIntegrationRedisGuardOnCluster(t *testing.T) {
 		require.ErrorIs(t, g.Set(ctx, c.key, "w", 0, 1, "other"), ErrStaleFence, "key %q", c.key)
 	}
 	// A fenced script may use more keys of the same slot.
-	n, err := NewFencedScript(`redis.call('SET', KEYS[1], 'x'); return redis.call('INCR', KEYS[2])`).
+	n, err := NewScript(`redis.call('SET', KEYS[1], 'x'); return redis.call('INCR', KEYS[2])`).
 		Run(ctx, cc, []string{"{order:7}:state", "{order:7}:version"}, 1, "o").Int64()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
@@ -77,7 +78,7 @@ func TestIntegrationRedisGuardOnCluster(t *testing.T) {
 
 // chargeScript is the story's payment: it marks the invoice paid and appends
 // the payer's fence to the list of charges, behind the fence check.
-var chargeScript = NewFencedScript(`
+var chargeScript = NewScript(`
 redis.call('SET', KEYS[1], 'paid')
 return redis.call('RPUSH', KEYS[2], FENCE)`)
 
@@ -88,7 +89,7 @@ func TestIntegrationRedisGuardDoublePaymentStory(t *testing.T) {
 	ctx := t.Context()
 	data := servertest.Redis(t).Client(t)
 	keys := []string{"{invoice:42}:state", "{invoice:42}:charges"}
-	pay := func(l *Lease) error { return chargeScript.Run(ctx, data, keys, l.Fence(), l.Owner()).Err() }
+	pay := func(l *redlease.Lease) error { return chargeScript.Run(ctx, data, keys, l.Fence(), l.Owner()).Err() }
 
 	a, b := staleAndCurrent(t)
 	require.NoError(t, pay(b))
@@ -152,7 +153,7 @@ func TestIntegrationRedisGuardEqualFenceRuleSetDel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl)
 	for _, bad := range []time.Duration{-time.Millisecond, time.Microsecond, 1500 * time.Microsecond} {
-		require.ErrorIs(t, g.Set(ctx, other, "v", bad, 2, "a"), ErrInvalidArgument, "TTL %v", bad)
+		require.ErrorIs(t, g.Set(ctx, other, "v", bad, 2, "a"), redlease.ErrInvalidArgument, "TTL %v", bad)
 	}
 
 	// Del: refused for an old fence, accepted for a newer one; the record
@@ -178,7 +179,7 @@ func TestIntegrationRedisGuardEqualFenceRuleSetDel(t *testing.T) {
 
 // logScript appends "fence:owner" to the fenced list: the log of accepted
 // writes, written in the same script as the check.
-var logScript = NewFencedScript(`return redis.call('RPUSH', KEYS[1], FENCE .. ':' .. OWNER)`)
+var logScript = NewScript(`return redis.call('RPUSH', KEYS[1], FENCE .. ':' .. OWNER)`)
 
 // Many goroutines write with random fences and owners at once; the log of
 // accepted writes never goes back, and every refusal was by the rule.
@@ -201,30 +202,30 @@ func TestIntegrationRedisGuardConcurrentFencesNeverGoBack(t *testing.T) {
 	requireNeverBack(t, accepted, refused, workers*perWorker)
 }
 
-func TestIntegrationFencedScriptBody(t *testing.T) {
+func TestIntegrationScriptBody(t *testing.T) {
 	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
 	ctx := t.Context()
 
 	// The body sees its own KEYS and ARGV, and FENCE and OWNER.
-	echo := NewFencedScript(`return {KEYS[1], KEYS[2], #KEYS, ARGV[1], ARGV[2], #ARGV, FENCE, OWNER}`)
+	echo := NewScript(`return {KEYS[1], KEYS[2], #KEYS, ARGV[1], ARGV[2], #ARGV, FENCE, OWNER}`)
 	got, err := echo.Run(ctx, rdb, []string{"{k}a", "{k}b"}, 7, "me", "x", 42).Slice()
 	require.NoError(t, err)
 	require.Equal(t, []any{"{k}a", "{k}b", int64(2), "x", "42", int64(2), int64(7), "me"}, got)
-	counts, err := NewFencedScript(`return {#KEYS, #ARGV}`).Run(ctx, rdb, []string{"{k}a"}, 8, "me").Int64Slice()
+	counts, err := NewScript(`return {#KEYS, #ARGV}`).Run(ctx, rdb, []string{"{k}a"}, 8, "me").Int64Slice()
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 0}, counts)
 
 	// A body that returns nothing gives redis.Nil; the script survives a
 	// SCRIPT FLUSH (EVALSHA falls back to EVAL).
-	quiet := NewFencedScript(`redis.call('SET', KEYS[1], ARGV[1])`)
+	quiet := NewScript(`redis.call('SET', KEYS[1], ARGV[1])`)
 	require.ErrorIs(t, quiet.Run(ctx, rdb, []string{"q"}, 1, "me", "v").Err(), redis.Nil)
 	require.NoError(t, rdb.ScriptFlush(ctx).Err())
 	require.ErrorIs(t, quiet.Run(ctx, rdb, []string{"q"}, 2, "me", "w").Err(), redis.Nil)
 	require.Equal(t, "w", rdb.Get(ctx, "q").Val())
 
 	// A body that fails: the error comes back; the fence stays recorded.
-	boom := NewFencedScript(`return redis.error_reply('boom')`)
+	boom := NewScript(`return redis.error_reply('boom')`)
 	err = boom.Run(ctx, rdb, []string{"q"}, 3, "me").Err()
 	require.ErrorContains(t, err, "boom")
 	require.NotErrorIs(t, err, ErrStaleFence)
@@ -240,22 +241,22 @@ func TestRedisGuardRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 	h := &servertest.CountingHook{}
 	rdb.AddHook(h)
 	g := NewRedisGuard(rdb)
-	s := NewFencedScript(`return 1`)
+	s := NewScript(`return 1`)
 	for _, c := range []struct {
 		key   string
 		fence int64
 		owner string
 	}{{"k", 0, "o"}, {"k", -3, "o"}, {"k", MaxFence + 1, "o"}, {"k", 1, ""}, {"{}", 1, "o"}, {"", 1, "o"}, {"a}b", 1, "o"}} {
-		require.ErrorIs(t, g.Set(t.Context(), c.key, "v", 0, c.fence, c.owner), ErrInvalidArgument, "%+v", c)
+		require.ErrorIs(t, g.Set(t.Context(), c.key, "v", 0, c.fence, c.owner), redlease.ErrInvalidArgument, "%+v", c)
 		_, err := g.Del(t.Context(), c.key, c.fence, c.owner)
-		require.ErrorIs(t, err, ErrInvalidArgument, "%+v", c)
-		require.ErrorIs(t, s.Run(t.Context(), rdb, []string{c.key}, c.fence, c.owner).Err(), ErrInvalidArgument, "%+v", c)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "%+v", c)
+		require.ErrorIs(t, s.Run(t.Context(), rdb, []string{c.key}, c.fence, c.owner).Err(), redlease.ErrInvalidArgument, "%+v", c)
 	}
-	require.ErrorIs(t, s.Run(t.Context(), rdb, nil, 1, "o").Err(), ErrInvalidArgument)
-	require.ErrorIs(t, s.Run(t.Context(), nil, []string{"k"}, 1, "o").Err(), ErrInvalidArgument)
-	require.ErrorIs(t, (*FencedScript)(nil).Run(t.Context(), rdb, []string{"k"}, 1, "o").Err(), ErrInvalidArgument)
-	require.ErrorIs(t, (*RedisGuard)(nil).Set(t.Context(), "k", "v", 0, 1, "o"), ErrInvalidArgument)
-	require.ErrorIs(t, NewRedisGuard(nil).Set(t.Context(), "k", "v", 0, 1, "o"), ErrInvalidArgument)
+	require.ErrorIs(t, s.Run(t.Context(), rdb, nil, 1, "o").Err(), redlease.ErrInvalidArgument)
+	require.ErrorIs(t, s.Run(t.Context(), nil, []string{"k"}, 1, "o").Err(), redlease.ErrInvalidArgument)
+	require.ErrorIs(t, (*Script)(nil).Run(t.Context(), rdb, []string{"k"}, 1, "o").Err(), redlease.ErrInvalidArgument)
+	require.ErrorIs(t, (*RedisGuard)(nil).Set(t.Context(), "k", "v", 0, 1, "o"), redlease.ErrInvalidArgument)
+	require.ErrorIs(t, NewRedisGuard(nil).Set(t.Context(), "k", "v", 0, 1, "o"), redlease.ErrInvalidArgument)
 	require.Zero(t, h.Cmds.Load(), "no command was sent")
 
 	// The same scripts run on miniredis's Lua too.
@@ -263,7 +264,7 @@ func TestRedisGuardRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 	require.ErrorIs(t, g.Set(t.Context(), "k", "v", 0, 1, "x"), ErrStaleFence)
 }
 
-// WithPrefix namespaces the fence records of RedisGuard and FencedScript:
+// WithPrefix namespaces the fence records of RedisGuard and Script:
 // guards with one prefix share a key's record, guards with others do not.
 func TestRedisGuardRecordPrefix(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
@@ -273,13 +274,13 @@ func TestRedisGuardRecordPrefix(t *testing.T) {
 	require.Equal(t, "5", mr.HGet("app1:fenced:{doc:1}:{doc:1}:body", "fence"))
 	require.False(t, mr.Exists("redlease:fenced:{doc:1}:{doc:1}:body"))
 
-	// One prefix, one record: a FencedScript sees the guard's fence.
-	logged := NewFencedScript(`return redis.call('RPUSH', KEYS[1], FENCE)`, WithPrefix("app1:"))
+	// One prefix, one record: a Script sees the guard's fence.
+	logged := NewScript(`return redis.call('RPUSH', KEYS[1], FENCE)`, WithPrefix("app1:"))
 	require.ErrorIs(t, logged.Run(ctx, rdb, []string{"{doc:1}:body"}, 4, "o").Err(), ErrStaleFence)
 	// The default prefix is another record, unchanged.
 	require.NoError(t, NewRedisGuard(rdb).Set(ctx, "{doc:1}:other", "v", 0, 1, "o"))
 	require.True(t, mr.Exists("redlease:fenced:{doc:1}:{doc:1}:other"))
-	require.NoError(t, NewFencedScript(`return 1`).Run(ctx, rdb, []string{"plain"}, 1, "o").Err())
+	require.NoError(t, NewScript(`return 1`).Run(ctx, rdb, []string{"plain"}, 1, "o").Err())
 	require.True(t, mr.Exists("redlease:fenced:{plain}"))
 	_, err := NewRedisGuard(rdb, WithPrefix("")).Del(ctx, "plain", 1, "o")
 	require.NoError(t, err)
@@ -287,11 +288,11 @@ func TestRedisGuardRecordPrefix(t *testing.T) {
 
 	// A '{' in the prefix would make it the record's hash tag.
 	for _, p := range []string{"app{1}:", "{"} {
-		require.ErrorIs(t, NewRedisGuard(rdb, WithPrefix(p)).Set(ctx, "k", "v", 0, 9, "o"), ErrInvalidArgument, p)
+		require.ErrorIs(t, NewRedisGuard(rdb, WithPrefix(p)).Set(ctx, "k", "v", 0, 9, "o"), redlease.ErrInvalidArgument, p)
 		_, err := NewRedisGuard(rdb, WithPrefix(p)).Del(ctx, "k", 9, "o")
-		require.ErrorIs(t, err, ErrInvalidArgument, p)
-		require.ErrorIs(t, NewFencedScript(`return 1`, WithPrefix(p)).Run(ctx, rdb, []string{"k"}, 9, "o").Err(),
-			ErrInvalidArgument, p)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, p)
+		require.ErrorIs(t, NewScript(`return 1`, WithPrefix(p)).Run(ctx, rdb, []string{"k"}, 9, "o").Err(),
+			redlease.ErrInvalidArgument, p)
 	}
 }
 
@@ -305,8 +306,82 @@ func TestRedisGuardLostReplyIsOutcomeUnknown(t *testing.T) {
 	require.NoError(t, g.Set(context.Background(), "warm", "v", 0, 1, "o")) // cache the script: EVALSHA runs it
 	h.LoseReplies.Store(1)
 	err := g.Set(context.Background(), "k", "v", 0, 1, "o")
-	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.ErrorIs(t, err, redlease.ErrOutcomeUnknown)
 	v, err := rdb.Get(context.Background(), "k").Result()
 	require.NoError(t, err)
 	require.Equal(t, "v", v, "it did happen")
+}
+
+// The repair story: a guard has accepted fence 3; the lock's Redis loses its
+// counter; new holders draw 1, 2, 3 again and the guard refuses them all (3
+// because another owner already wrote with it); AdvanceFence to the Newest
+// the guard reported lets the next holder through with 4.
+func TestIntegrationAdvanceFenceRepairsACounterThatWentBack(t *testing.T) {
+	ctx := t.Context()
+	lockRdb := servertest.Redis(t).Client(t)
+	locks := redlease.New(lockRdb, redlease.WithTTL(5*time.Second))
+	dataRdb := servertest.Redis(t).Client(t) // the resource's own Redis
+	guard := NewRedisGuard(dataRdb)
+	const resource, key = "report:9", "{report:9}:body"
+	write := func(l *redlease.Lease) error { return guard.Set(ctx, key, l.Owner(), 0, l.Fence(), l.Owner()) }
+	holder := func(wantFence int64) *redlease.Lease {
+		t.Helper()
+		l, err := locks.TryAcquire(ctx, resource)
+		require.NoError(t, err)
+		require.Equal(t, wantFence, l.Fence())
+		t.Cleanup(func() { _ = l.Release(context.Background()) })
+		return l
+	}
+
+	for fence := int64(1); fence <= 3; fence++ {
+		l := holder(fence)
+		require.NoError(t, write(l))
+		require.NoError(t, l.Release(ctx))
+	}
+
+	require.NoError(t, lockRdb.FlushAll(ctx).Err()) // as a restart without persistence would
+
+	var stale *StaleFenceError
+	for fence := int64(1); fence <= 3; fence++ {
+		l := holder(fence)
+		require.ErrorAs(t, write(l), &stale, "fence %d", fence)
+		require.Equal(t, int64(3), stale.Newest)
+		require.NotEqual(t, l.Owner(), stale.NewestOwner)
+		require.NoError(t, l.Release(ctx))
+	}
+
+	n, err := locks.AdvanceFence(ctx, resource, stale.Newest)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+	l := holder(4)
+	require.NoError(t, write(l))
+	got, err := dataRdb.Get(ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, l.Owner(), got)
+	require.NoError(t, l.Release(ctx))
+}
+
+// Forget removes a key's fence record and nothing else; a Store's Forget
+// does the same for a resource.
+func TestForgetRemovesOnlyTheRecord(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	g := NewRedisGuard(rdb)
+	require.NoError(t, g.Set(ctx, "{a}:x", "v", 0, 5, "o"))
+	require.NoError(t, g.Set(ctx, "{a}:y", "v", 0, 5, "o"))
+	require.ErrorIs(t, g.Set(ctx, "{a}:x", "w", 0, 4, "p"), ErrStaleFence)
+	require.NoError(t, g.Forget(ctx, "{a}:x"))
+	require.True(t, mr.Exists("{a}:x"), "the data key stays")
+	require.NoError(t, g.Set(ctx, "{a}:x", "w", 0, 4, "p"), "a forgotten key admits any fence")
+	require.ErrorIs(t, g.Set(ctx, "{a}:y", "w", 0, 4, "p"), ErrStaleFence, "the other record stays")
+	require.ErrorIs(t, g.Forget(ctx, ""), redlease.ErrInvalidArgument)
+
+	s := NewRedisStore(rdb)
+	_, err := s.Admit(ctx, "r", 5, "o")
+	require.NoError(t, err)
+	_, err = s.Admit(ctx, "r", 4, "p")
+	require.ErrorIs(t, err, ErrStaleFence)
+	require.NoError(t, s.Forget(ctx, "r"))
+	_, err = s.Admit(ctx, "r", 4, "p")
+	require.NoError(t, err)
 }

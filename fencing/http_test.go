@@ -1,4 +1,4 @@
-package redlease
+package fencing
 
 import (
 	"context"
@@ -14,15 +14,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
 
-// forEachStore runs f with a MemoryFenceStore and with a RedisFenceStore on a
+// forEachStore runs f with a MemoryStore and with a RedisStore on a
 // real redis-server.
-func forEachStore(t *testing.T, f func(t *testing.T, store FenceStore)) {
-	t.Run("memory", func(t *testing.T) { f(t, &MemoryFenceStore{}) })
-	t.Run("redis", func(t *testing.T) { f(t, NewRedisFenceStore(servertest.Redis(t).Client(t))) })
+func forEachStore(t *testing.T, f func(t *testing.T, store Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, &MemoryStore{}) })
+	t.Run("redis", func(t *testing.T) { f(t, NewRedisStore(servertest.Redis(t).Client(t))) })
 }
 
 // ledger is the legacy service behind the gateway: it records each payment,
@@ -96,13 +97,13 @@ func tokenHeader(resource string, fence int64, owner string) http.Header {
 // pays through the gateway, A's late request gets 409 and the ledger has one
 // payment.
 func TestHTTPGuardDoublePaymentStory(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store FenceStore) {
+	forEachStore(t, func(t *testing.T, store Store) {
 		svc := &ledger{}
 		srv := httptest.NewServer(HTTPGuard{Store: store}.Wrap(svc))
 		defer srv.Close()
-		pay := func(l *Lease) answer {
+		pay := func(l *redlease.Lease) answer {
 			h := http.Header{}
-			SetFenceHeaders(h, l)
+			SetHeaders(h, l)
 			return send(t, srv.URL+"/pay", h)
 		}
 
@@ -119,7 +120,7 @@ func TestHTTPGuardDoublePaymentStory(t *testing.T) {
 }
 
 func TestHTTPGuardEqualFenceRule(t *testing.T) {
-	forEachStore(t, func(t *testing.T, store FenceStore) {
+	forEachStore(t, func(t *testing.T, store Store) {
 		svc := &ledger{}
 		srv := httptest.NewServer(HTTPGuard{Store: store}.Wrap(svc))
 		defer srv.Close()
@@ -153,7 +154,7 @@ func TestHTTPGuardEqualFenceRule(t *testing.T) {
 
 // Bad headers get a clear 4xx and never reach the service, whatever they hold.
 func TestHTTPGuardRefusesBadHeaders(t *testing.T) {
-	redisStore := NewRedisFenceStore(servertest.Redis(t).Client(t))
+	redisStore := NewRedisStore(servertest.Redis(t).Client(t))
 	long := strings.Repeat("x", 2000)
 	cases := []struct {
 		name   string
@@ -178,7 +179,7 @@ func TestHTTPGuardRefusesBadHeaders(t *testing.T) {
 		{"long owner", tokenHeaderText("r", "5", long), 400, "Fencing-Owner header is over 256 bytes"},
 		{"long resource", tokenHeaderText(long, "5", "o"), 400, "Fencing-Resource header is over 1024 bytes"},
 	}
-	for _, store := range []FenceStore{&MemoryFenceStore{}, redisStore} {
+	for _, store := range []Store{&MemoryStore{}, redisStore} {
 		svc := &ledger{}
 		srv := httptest.NewServer(HTTPGuard{Store: store}.Wrap(svc))
 		for _, c := range cases {
@@ -190,7 +191,7 @@ func TestHTTPGuardRefusesBadHeaders(t *testing.T) {
 		// The largest token: the memory store takes it, the Redis store cannot
 		// compare it exactly and refuses it as a bad request.
 		got := send(t, srv.URL, tokenHeaderText("max", "9223372036854775807", "o"))
-		if _, ok := store.(*RedisFenceStore); ok {
+		if _, ok := store.(*RedisStore); ok {
 			require.Equal(t, http.StatusBadRequest, got.status, got.body)
 			require.Contains(t, got.body, "MaxFence")
 			require.Empty(t, svc.snapshot())
@@ -210,7 +211,7 @@ func tokenHeaderText(resource, fence, owner string) http.Header {
 // left out but may not name another resource.
 func TestHTTPGuardResourceOf(t *testing.T) {
 	svc := &ledger{}
-	guard := HTTPGuard{Store: &MemoryFenceStore{}, ResourceOf: func(r *http.Request) string {
+	guard := HTTPGuard{Store: &MemoryStore{}, ResourceOf: func(r *http.Request) string {
 		id, ok := strings.CutPrefix(r.URL.Path, "/invoices/")
 		if !ok || id == "" {
 			return ""
@@ -240,7 +241,7 @@ func TestHTTPGuardStoreDown(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t)), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	svc := &ledger{}
-	srv := httptest.NewServer(HTTPGuard{Store: NewRedisFenceStore(rdb)}.Wrap(svc))
+	srv := httptest.NewServer(HTTPGuard{Store: NewRedisStore(rdb)}.Wrap(svc))
 	defer srv.Close()
 	got := send(t, srv.URL, tokenHeader("r", 1, "o"))
 	require.Equal(t, http.StatusServiceUnavailable, got.status)
@@ -248,12 +249,12 @@ func TestHTTPGuardStoreDown(t *testing.T) {
 	require.Empty(t, svc.snapshot())
 }
 
-// Many clients pay at once through one gateway with a MemoryFenceStore: the
+// Many clients pay at once through one gateway with a MemoryStore: the
 // service handles one request per resource at a time, and the payments it
 // sees never go back.
 func TestHTTPGuardMemoryStoreSerialisesPerResource(t *testing.T) {
 	svc := &ledger{}
-	srv := httptest.NewServer(HTTPGuard{Store: &MemoryFenceStore{}}.Wrap(svc))
+	srv := httptest.NewServer(HTTPGuard{Store: &MemoryStore{}}.Wrap(svc))
 	defer srv.Close()
 	const workers, perWorker = 8, 25
 	refused := raceFences(t, workers, perWorker, 40, func(fence int64, owner string) error {
@@ -279,14 +280,14 @@ func TestHTTPGuardMemoryStoreSerialisesPerResource(t *testing.T) {
 	require.Equal(t, int64(1), svc.maxIn.Load(), "one request per resource at a time")
 }
 
-// Gateways sharing a RedisFenceStore: many requests with the same fence from
+// Gateways sharing a RedisStore: many requests with the same fence from
 // different owners race; exactly one of each round is admitted.
 func TestHTTPGuardRedisStoreAdmitsOneOwnerPerFence(t *testing.T) {
 	rdb := servertest.Redis(t).Client(t)
 	svc := &ledger{}
 	var urls []string
 	for range 3 { // three gateways, one store
-		srv := httptest.NewServer(HTTPGuard{Store: NewRedisFenceStore(rdb)}.Wrap(svc))
+		srv := httptest.NewServer(HTTPGuard{Store: NewRedisStore(rdb)}.Wrap(svc))
 		defer srv.Close()
 		urls = append(urls, srv.URL)
 	}
@@ -319,8 +320,8 @@ func TestHTTPGuardRedisStoreAdmitsOneOwnerPerFence(t *testing.T) {
 	require.Len(t, svc.snapshot(), rounds)
 }
 
-func TestMemoryFenceStoreWaitsForTheTurn(t *testing.T) {
-	s := &MemoryFenceStore{}
+func TestMemoryStoreWaitsForTheTurn(t *testing.T) {
+	s := &MemoryStore{}
 	ctx := t.Context()
 	done, err := s.Admit(ctx, "r", 1, "a")
 	require.NoError(t, err)
@@ -361,55 +362,55 @@ func TestMemoryFenceStoreWaitsForTheTurn(t *testing.T) {
 		owner    string
 	}{{"", 1, "o"}, {"r", 0, "o"}, {"r", 1, ""}} {
 		_, err := s.Admit(ctx, c.resource, c.fence, c.owner)
-		require.ErrorIs(t, err, ErrInvalidArgument, "%+v", c)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "%+v", c)
 	}
-	_, err = (*MemoryFenceStore)(nil).Admit(ctx, "r", 1, "o")
-	require.ErrorIs(t, err, ErrInvalidArgument)
-	_, err = NewRedisFenceStore(nil).Admit(ctx, "r", 1, "o")
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = (*MemoryStore)(nil).Admit(ctx, "r", 1, "o")
+	require.ErrorIs(t, err, redlease.ErrInvalidArgument)
+	_, err = NewRedisStore(nil).Admit(ctx, "r", 1, "o")
+	require.ErrorIs(t, err, redlease.ErrInvalidArgument)
 }
 
-// WithPrefix namespaces a RedisFenceStore's records; the default stays
+// WithPrefix namespaces a RedisStore's records; the default stays
 // "redlease:{R}:accepted".
-func TestRedisFenceStoreRecordPrefix(t *testing.T) {
+func TestRedisStoreRecordPrefix(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
 	ctx := t.Context()
-	_, err := NewRedisFenceStore(rdb).Admit(ctx, "r", 7, "o")
+	_, err := NewRedisStore(rdb).Admit(ctx, "r", 7, "o")
 	require.NoError(t, err)
 	require.Equal(t, "7", mr.HGet("redlease:{r}:accepted", "fence"))
 
-	app1 := NewRedisFenceStore(rdb, WithPrefix("app1:"))
+	app1 := NewRedisStore(rdb, WithPrefix("app1:"))
 	_, err = app1.Admit(ctx, "r", 3, "o")
 	require.NoError(t, err, "another prefix, another record")
 	require.Equal(t, "3", mr.HGet("app1:{r}:accepted", "fence"))
-	_, err = NewRedisFenceStore(rdb, WithPrefix("app1:")).Admit(ctx, "r", 2, "o")
+	_, err = NewRedisStore(rdb, WithPrefix("app1:")).Admit(ctx, "r", 2, "o")
 	require.ErrorIs(t, err, ErrStaleFence, "one prefix, one record")
 
 	// A brace in the prefix would let ("a", "{b") and ("a{", "b") share
 	// the record "a{{b}:accepted", so it is refused.
-	_, err = NewRedisFenceStore(rdb, WithPrefix("a{")).Admit(ctx, "b", 5, "o")
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = NewRedisStore(rdb, WithPrefix("a{")).Admit(ctx, "b", 5, "o")
+	require.ErrorIs(t, err, redlease.ErrInvalidArgument)
 }
 
-func TestSetFenceHeaders(t *testing.T) {
+func TestSetHeaders(t *testing.T) {
 	_, rdb := servertest.Mini(t)
-	l, err := New(rdb).TryAcquire(t.Context(), "tenant:42:billing")
+	l, err := redlease.New(rdb).TryAcquire(t.Context(), "tenant:42:billing")
 	require.NoError(t, err)
 	defer l.Release(t.Context())
 	h := http.Header{}
-	SetFenceHeaders(h, l)
+	SetHeaders(h, l)
 	require.Equal(t, http.Header{
 		"Fencing-Token":    {"1"},
 		"Fencing-Resource": {"tenant:42:billing"},
 		"Fencing-Owner":    {l.Owner()},
 	}, h)
 	h = http.Header{}
-	SetFenceHeaders(h, nil)
+	SetHeaders(h, nil)
 	require.Empty(t, h)
-	SetFenceHeaders(nil, l) // no panic
+	SetHeaders(nil, l) // no panic
 
 	require.Panics(t, func() { HTTPGuard{}.Wrap(http.NotFoundHandler()) })
-	require.Panics(t, func() { HTTPGuard{Store: &MemoryFenceStore{}}.Wrap(nil) })
+	require.Panics(t, func() { HTTPGuard{Store: &MemoryStore{}}.Wrap(nil) })
 }
 
 // FuzzHTTPGuardHeaders checks that no header values make the guard panic or
@@ -422,7 +423,7 @@ func FuzzHTTPGuardHeaders(f *testing.F) {
 	f.Add("9223372036854775807", strings.Repeat("o", 300), "r")
 	f.Fuzz(func(t *testing.T, fence, owner, resource string) {
 		called := false
-		h := HTTPGuard{Store: &MemoryFenceStore{}}.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		h := HTTPGuard{Store: &MemoryStore{}}.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			called = true
 		}))
 		req := httptest.NewRequest(http.MethodPost, "/", nil)

@@ -1,4 +1,4 @@
-package redlease
+package fencing
 
 import (
 	"context"
@@ -9,19 +9,22 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/shared"
 )
 
-// The fenced scripts: a body, then fence_check.lua, which runs it.
+// The fenced scripts: a body, then lua/check.lua, which runs it.
 var (
-	//go:embed fence_check.lua
-	fenceCheckSrc string
-	//go:embed fenced_set.lua
-	fencedSetSrc string
-	//go:embed fenced_del.lua
-	fencedDelSrc string
+	//go:embed lua/check.lua
+	checkSrc string
+	//go:embed lua/set.lua
+	setSrc string
+	//go:embed lua/del.lua
+	delSrc string
 
-	fencedSet = NewFencedScript(fencedSetSrc)
-	fencedDel = NewFencedScript(fencedDelSrc)
+	fencedSet = NewScript(setSrc)
+	fencedDel = NewScript(delSrc)
 )
 
 // fenceRecords returns what starts the key of every fence record for a key
@@ -73,7 +76,7 @@ func hashTag(k string) (string, bool) {
 	return k[open+1 : open+1+n], true
 }
 
-// FencedScript is a Lua script whose body runs only behind the fence check:
+// Script is a Lua script whose body runs only behind the fence check:
 // in the same script, so atomically with it, and only if the fencing rule
 // admits the caller's fence for the script's first key. The check records the
 // admitted fence (and owner) in a fence record kept beside that key, in its
@@ -95,23 +98,21 @@ func hashTag(k string) (string, bool) {
 //
 // The fence record of a data key k is a hash {fence, owner} at
 // "<prefix>fenced:{<k's hash tag, or k>}…", kept as RedisGuard keeps it: a
-// FencedScript and a RedisGuard with one prefix (WithPrefix; default
-// DefaultPrefix) share a key's record.
-type FencedScript struct {
+// Script and a RedisGuard with one prefix (WithPrefix; default
+// redlease.DefaultPrefix) share a key's record.
+type Script struct {
 	s       *redis.Script
 	records string // the start of the fence records' keys: <prefix>fenced:
 	err     error  // of the options; returned by Run
 }
 
-// NewFencedScript returns a fenced script with the given body. It does no I/O;
+// NewScript returns a fenced script with the given body. It does no I/O;
 // Lua syntax errors surface on the first Run. Of the options, WithPrefix
-// applies: it sets the prefix of the fence records' keys (default
-// DefaultPrefix), to keep several applications' records apart on one Redis.
-// It must not hold a '{' (the record's hash tag follows it); if it does,
-// every Run returns ErrInvalidArgument.
-func NewFencedScript(body string, opts ...Option) *FencedScript {
-	records, err := fenceRecords(guardConfig(opts).prefix)
-	return &FencedScript{s: redis.NewScript("local function body(KEYS, ARGV, FENCE, OWNER)\n" + body + "\nend\n" + fenceCheckSrc),
+// applies; if the prefix holds a '{', every Run returns an error matching
+// redlease.ErrInvalidArgument.
+func NewScript(body string, opts ...Option) *Script {
+	records, err := fenceRecords(newConfig(opts).prefix)
+	return &Script{s: redis.NewScript("local function body(KEYS, ARGV, FENCE, OWNER)\n" + body + "\nend\n" + checkSrc),
 		records: records, err: err}
 }
 
@@ -120,14 +121,15 @@ func NewFencedScript(body string, opts ...Option) *FencedScript {
 // fence and owner the caller's token. The returned command's value is the
 // body's reply; its error is a *StaleFenceError (matching ErrStaleFence) if
 // the fencing rule refused the token (nothing ran then), redis.Nil if the body
-// returned nil, ErrInvalidArgument for no keys, a fence outside 1..MaxFence,
-// an empty owner or a data key that cannot share a slot with its record (all
-// before any round trip), an error matching ErrOutcomeUnknown if the reply was
-// lost after the request may have run, or the Redis error.
-func (s *FencedScript) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, fence int64, owner string, args ...any) *redis.Cmd {
+// returned nil, an error matching redlease.ErrInvalidArgument for no keys, a
+// fence outside 1..MaxFence, an empty owner or a data key that cannot share a
+// slot with its record (all before any round trip), an error matching
+// redlease.ErrOutcomeUnknown if the reply was lost after the request may have
+// run, or the Redis error.
+func (s *Script) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, fence int64, owner string, args ...any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	if s == nil {
-		cmd.SetErr(invalidf("nil FencedScript"))
+		cmd.SetErr(invalidf("nil Script"))
 		return cmd
 	}
 	v, err := s.run(ctx, rdb, s.records, keys, fence, owner, args)
@@ -140,12 +142,12 @@ func (s *FencedScript) Run(ctx context.Context, rdb redis.UniversalClient, keys 
 }
 
 // run is Run with the fence records' keys starting with records.
-func (s *FencedScript) run(ctx context.Context, rdb redis.UniversalClient, records string, keys []string,
+func (s *Script) run(ctx context.Context, rdb redis.UniversalClient, records string, keys []string,
 	fence int64, owner string, args []any) (any, error) {
 	switch {
 	case s.err != nil:
 		return nil, s.err
-	case isNil(rdb):
+	case shared.IsNil(rdb):
 		return nil, invalidf("nil Redis client")
 	case len(keys) == 0:
 		return nil, invalidf("a fenced script needs its data key as keys[0]")
@@ -166,10 +168,10 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 	}
 	res, err := s.Run(ctx, rdb, append([]string{record}, keys...), append([]any{fence, owner}, args...)...).Slice()
 	if err != nil {
-		return nil, requestError("fenced write to", resource, err)
+		return nil, requestError(resource, err)
 	}
 	if len(res) == 0 {
-		return nil, fmt.Errorf("redlease: fenced write to %q: empty reply", resource)
+		return nil, fmt.Errorf("redlease: fenced write to %s: empty reply", quote(resource))
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
 		if len(res) < 2 || res[1] == nil {
@@ -178,12 +180,12 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 		return res[1], nil
 	}
 	if len(res) != 3 {
-		return nil, fmt.Errorf("redlease: fenced write to %q: unexpected reply %v", resource, res)
+		return nil, fmt.Errorf("redlease: fenced write to %s: unexpected reply %v", quote(resource), res)
 	}
 	newestText, _ := res[1].(string)
 	newest, err := strconv.ParseInt(newestText, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("redlease: fenced write to %q refused, newest fence unreadable: %v", resource, res)
+		return nil, fmt.Errorf("redlease: fenced write to %s refused, newest fence unreadable: %v", quote(resource), res)
 	}
 	newestOwner, _ := res[2].(string)
 	return nil, &StaleFenceError{Resource: resource, Fence: fence, Owner: owner, Newest: newest, NewestOwner: newestOwner}
@@ -196,36 +198,34 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 // key (fence > newest, or fence == newest from the same owner).
 //
 // For each data key k the guard keeps a fence record, a hash {fence, owner}
-// at "<prefix>fenced:{<k's hash tag, or k>}…" (prefix: DefaultPrefix, or
-// WithPrefix), in k's Redis Cluster hash slot. Records have no TTL and are
+// at "<prefix>fenced:{<k's hash tag, or k>}…" (prefix: redlease.DefaultPrefix,
+// or WithPrefix), in k's Redis Cluster hash slot. Records have no TTL and are
 // never deleted, not even by Del: a record that disappeared would let a stale
-// holder write again. That is one small hash per key ever written; delete
-// records by hand only for keys that no lease will write again. Keys that a
+// holder write again. That is one small hash per key ever written; Forget
+// removes the record of a key that no lease will write again. Keys that a
 // cluster would hash whole but that hold a '}' (and the empty key) cannot
 // have a record in their slot and are refused: give them a hash tag.
 //
 // Every write to a fenced key must go through the guard; a plain SET or DEL
-// bypasses the check. For writes other than Set and Del, use a FencedScript.
+// bypasses the check. For writes other than Set and Del, use a Script.
 // A RedisGuard is safe for concurrent use.
 type RedisGuard struct {
 	rdb       redis.UniversalClient
-	observers []Observer
+	observers []redlease.Observer
 	records   string // the start of the fence records' keys: <prefix>fenced:
 	err       error  // of the options; returned by every call
 }
 
 // NewRedisGuard returns a guard that writes through rdb: a plain, Sentinel
 // (failover) or cluster go-redis client. A nil rdb makes every call return
-// ErrInvalidArgument. Of the options, WithObserver and WithLogger apply: they
-// see each refused write as an EventStaleFence; and WithPrefix: it sets the
-// prefix of the fence records' keys (default DefaultPrefix), to keep several
-// applications' records apart on one Redis. Guards of one key must agree on
-// the prefix: each prefix is a record of its own, and a guard does not see
-// the fences accepted under another. The prefix must not hold a '{' (the
-// record's hash tag follows it); if it does, every call returns
-// ErrInvalidArgument.
+// an error matching redlease.ErrInvalidArgument. All the options apply:
+// WithObserver and WithLogger see each refused write; WithPrefix sets the
+// prefix of the fence records' keys. Guards of one key must agree on the
+// prefix: a guard does not see the fences accepted under another. A prefix
+// with a '{' makes every call return an error matching
+// redlease.ErrInvalidArgument.
 func NewRedisGuard(rdb redis.UniversalClient, opts ...Option) *RedisGuard {
-	c := guardConfig(opts)
+	c := newConfig(opts)
 	records, err := fenceRecords(c.prefix)
 	return &RedisGuard{rdb: rdb, observers: c.observers, records: records, err: err}
 }
@@ -233,7 +233,7 @@ func NewRedisGuard(rdb redis.UniversalClient, opts ...Option) *RedisGuard {
 // Set sets key to value, with the TTL ttl (0 for none; else a whole number of
 // milliseconds), as SET does, if the fencing rule admits fence and owner for
 // key. It returns nil when written, a *StaleFenceError when refused (nothing
-// is written), and otherwise the errors of FencedScript.Run.
+// is written), and otherwise the errors of Script.Run.
 func (g *RedisGuard) Set(ctx context.Context, key string, value any, ttl time.Duration, fence int64, owner string) error {
 	if g == nil {
 		return invalidf("nil RedisGuard")
@@ -250,7 +250,7 @@ func (g *RedisGuard) Set(ctx context.Context, key string, value any, ttl time.Du
 // Del deletes key if the fencing rule admits fence and owner for key, and
 // reports whether the key existed. The key's fence record stays, so an older
 // holder cannot recreate the key. Refused, it returns a *StaleFenceError and
-// deletes nothing; otherwise its errors are those of FencedScript.Run.
+// deletes nothing; otherwise its errors are those of Script.Run.
 func (g *RedisGuard) Del(ctx context.Context, key string, fence int64, owner string) (bool, error) {
 	if g == nil {
 		return false, invalidf("nil RedisGuard")
@@ -262,9 +262,42 @@ func (g *RedisGuard) Del(ctx context.Context, key string, fence int64, owner str
 }
 
 // run runs s on key with the guard's records.
-func (g *RedisGuard) run(ctx context.Context, s *FencedScript, key string, fence int64, owner string, args ...any) (any, error) {
+func (g *RedisGuard) run(ctx context.Context, s *Script, key string, fence int64, owner string, args ...any) (any, error) {
 	if g.err != nil {
 		return nil, g.err
 	}
 	return s.run(ctx, g.rdb, g.records, []string{key}, fence, owner, args)
+}
+
+// Forget removes the fence record of key, for a key that the application
+// deletes for good and that no lease will write again: a stale holder could
+// recreate a key whose record is gone. It deletes the record only, not the
+// key. A key written again after Forget starts a new record, which admits
+// any fence.
+func (g *RedisGuard) Forget(ctx context.Context, key string) error {
+	if g == nil {
+		return invalidf("nil RedisGuard")
+	}
+	if g.err != nil {
+		return g.err
+	}
+	if shared.IsNil(g.rdb) {
+		return invalidf("nil Redis client")
+	}
+	record, err := fenceRecordKey(g.records, key)
+	if err != nil {
+		return err
+	}
+	if err := g.rdb.Del(ctx, record).Err(); err != nil {
+		return fmt.Errorf("redlease: forget the fence record of %s: %w", quote(key), err)
+	}
+	return nil
+}
+
+// requestError describes a fenced write whose request failed.
+func requestError(resource string, err error) error {
+	if shared.MayHaveReached(err) {
+		return fmt.Errorf("redlease: fenced write to %s: %w: %w", quote(resource), redlease.ErrOutcomeUnknown, err)
+	}
+	return fmt.Errorf("redlease: fenced write to %s: %w", quote(resource), err)
 }

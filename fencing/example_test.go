@@ -1,4 +1,4 @@
-package redlease_test
+package fencing_test
 
 import (
 	"context"
@@ -13,8 +13,21 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/fencing"
 )
+
+// exampleRedis starts an embedded Redis for an example.
+func exampleRedis() (redis.UniversalClient, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return rdb, func() { _ = rdb.Close(); mr.Close() }
+}
 
 // exampleSQLite opens an in-memory SQLite database (one connection, so that
 // every statement sees the same database).
@@ -38,7 +51,7 @@ func ExampleSQLGuard() {
 	ctx := context.Background()
 	locks := redlease.New(rdb)
 
-	guard, err := redlease.NewSQLGuard(redlease.DialectSQLite, "fence_guard")
+	guard, err := fencing.NewSQLGuard(fencing.DialectSQLite, "fence_guard")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -56,7 +69,7 @@ func ExampleSQLGuard() {
 		}
 		defer tx.Rollback()
 		if err := guard.Check(ctx, tx, lease.Resource(), lease.Fence(), lease.Owner()); err != nil {
-			return err // errors.Is(err, redlease.ErrStaleFence): roll back, write nothing
+			return err // errors.Is(err, fencing.ErrStaleFence): roll back, write nothing
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO charges VALUES (?, ?)", "42", lease.Fence()); err != nil {
 			return err
@@ -72,7 +85,7 @@ func ExampleSQLGuard() {
 	fmt.Println("B:", pay(b))
 	err = pay(a)
 	fmt.Println("A:", err)
-	var stale *redlease.StaleFenceError
+	var stale *fencing.StaleFenceError
 	if errors.As(err, &stale) {
 		fmt.Println("newest accepted:", stale.Newest)
 	}
@@ -98,7 +111,7 @@ func ExampleRowGuard() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rows, err := redlease.NewRowGuard(redlease.DialectSQLite, "invoices", "id", "last_fence", "last_owner")
+	rows, err := fencing.NewRowGuard(fencing.DialectSQLite, "invoices", "id", "last_fence", "last_owner")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -130,7 +143,7 @@ func ExampleRedisGuard() {
 	defer stop()
 	ctx := context.Background()
 	locks := redlease.New(rdb)
-	guard := redlease.NewRedisGuard(rdb) // the data may live on another Redis
+	guard := fencing.NewRedisGuard(rdb) // the data may live on another Redis
 
 	a, _ := locks.Acquire(ctx, "report:7")
 	_ = a.Release(ctx) // stands in for A pausing past its TTL
@@ -149,11 +162,11 @@ func ExampleRedisGuard() {
 
 // A write of your own behind the fence check: the body sees its own KEYS and
 // ARGV, and runs only if the fence is admitted.
-func ExampleNewFencedScript() {
+func ExampleNewScript() {
 	rdb, stop := exampleRedis()
 	defer stop()
 	ctx := context.Background()
-	withdraw := redlease.NewFencedScript(`
+	withdraw := fencing.NewScript(`
 local balance = tonumber(redis.call('GET', KEYS[1]) or '0')
 if balance < tonumber(ARGV[1]) then
   return redis.error_reply('insufficient funds')
@@ -164,7 +177,7 @@ return redis.call('DECRBY', KEYS[1], ARGV[1])`)
 	left, err := withdraw.Run(ctx, rdb, []string{"{acct:9}:balance"}, 5, "owner-B", 30).Int64()
 	fmt.Println(left, err)
 	_, err = withdraw.Run(ctx, rdb, []string{"{acct:9}:balance"}, 4, "owner-A", 30).Int64()
-	fmt.Println(errors.Is(err, redlease.ErrStaleFence))
+	fmt.Println(errors.Is(err, fencing.ErrStaleFence))
 	// Output:
 	// 70 <nil>
 	// true
@@ -181,13 +194,13 @@ func ExampleHTTPGuard() {
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "paid") // the legacy service's write
 	})
-	guard := redlease.HTTPGuard{Store: &redlease.MemoryFenceStore{}}
+	guard := fencing.HTTPGuard{Store: &fencing.MemoryStore{}}
 	gateway := httptest.NewServer(guard.Wrap(pay))
 	defer gateway.Close()
 
 	send := func(lease *redlease.Lease) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/pay", nil)
-		redlease.SetFenceHeaders(req.Header, lease)
+		fencing.SetHeaders(req.Header, lease)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			log.Fatal(err)
@@ -211,14 +224,14 @@ func ExampleHTTPGuard() {
 // Repair after the fence counter went back (here: the lock's Redis was
 // flushed): every new holder is refused until the counter is moved past the
 // newest fence the resource accepted.
-func ExampleClient_AdvanceFence() {
+func ExampleStaleFenceError() {
 	lockRdb, stopLocks := exampleRedis()
 	defer stopLocks()
 	dataRdb, stopData := exampleRedis()
 	defer stopData()
 	ctx := context.Background()
 	locks := redlease.New(lockRdb)
-	guard := redlease.NewRedisGuard(dataRdb)
+	guard := fencing.NewRedisGuard(dataRdb)
 	write := func() error {
 		lease, err := locks.Acquire(ctx, "report:7")
 		if err != nil {
@@ -235,7 +248,7 @@ func ExampleClient_AdvanceFence() {
 
 	err := write()
 	fmt.Println(err)
-	var stale *redlease.StaleFenceError
+	var stale *fencing.StaleFenceError
 	if errors.As(err, &stale) {
 		n, _ := locks.AdvanceFence(ctx, "report:7", stale.Newest)
 		fmt.Println("counter advanced to", n)

@@ -1,13 +1,15 @@
-package redlease
+package fencing
 
 import (
 	"context"
 	"database/sql"
 	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
@@ -91,7 +93,7 @@ func TestSQLGuardDoublePaymentStory(t *testing.T) {
 		ctx := t.Context()
 		g := d.newGuard(t)
 		d.exec(t, "CREATE TABLE charges (id "+d.serial+", invoice TEXT NOT NULL, fence BIGINT NOT NULL)")
-		pay := func(l *Lease) error {
+		pay := func(l *redlease.Lease) error {
 			return fencedTx(ctx, d.db, g, l.Resource(), l.Fence(), l.Owner(), func(tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, d.q("INSERT INTO charges (invoice, fence) VALUES ($1, $2)"), "42", l.Fence())
 				return err
@@ -113,7 +115,7 @@ func TestSQLGuardDoublePaymentStory(t *testing.T) {
 		require.Equal(t, int64(1), n, "charged exactly once")
 		require.Equal(t, int64(34), fence, "by B")
 		require.NoError(t, b.Release(ctx))
-		require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+		require.ErrorIs(t, a.Release(ctx), redlease.ErrLeaseLost)
 	})
 }
 
@@ -277,19 +279,19 @@ func TestSQLGuardRejectsBadInputWithoutStatements(t *testing.T) {
 	for _, table := range []string{"", "a b", "x;drop table y", "1abc", "a.b.c", `"q"`, "a-b", "ä",
 		strings.Repeat("t", 70)} {
 		_, err := NewSQLGuard(DialectPostgres, table)
-		require.ErrorIs(t, err, ErrInvalidArgument, "table %q", table)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "table %q", table)
 		_, err = NewRowGuard(DialectSQLite, table, "id", "f", "o")
-		require.ErrorIs(t, err, ErrInvalidArgument, "table %q", table)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "table %q", table)
 	}
 	for _, table := range []string{"guards", "public.fence_guard", "_x1", "T"} {
 		_, err := NewSQLGuard(DialectSQLite, table)
 		require.NoError(t, err, "table %q", table)
 	}
 	_, err := NewSQLGuard("mysql", "guards")
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorIs(t, err, redlease.ErrInvalidArgument)
 	for _, cols := range [][3]string{{"", "f", "o"}, {"id", "", "o"}, {"id", "f", "o o"}, {"id;", "f", ""}} {
 		_, err := NewRowGuard(DialectPostgres, "t", cols[0], cols[1], cols[2])
-		require.ErrorIs(t, err, ErrInvalidArgument, "columns %q", cols)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "columns %q", cols)
 	}
 
 	g, err := NewSQLGuard(DialectPostgres, "guards")
@@ -299,12 +301,13 @@ func TestSQLGuardRejectsBadInputWithoutStatements(t *testing.T) {
 		resource string
 		fence    int64
 		owner    string
-	}{{"", 1, "o"}, {"r", 0, "o"}, {"r", -1, "o"}, {"r", 1, ""}} {
-		require.ErrorIs(t, g.Check(t.Context(), tx, c.resource, c.fence, c.owner), ErrInvalidArgument, "%+v", c)
+	}{{"", 1, "o"}, {"r", 0, "o"}, {"r", -1, "o"}, {"r", 1, ""},
+		{"a\x00b", 1, "o"}, {"\xff\xfe", 1, "o"}, {strings.Repeat("r", MaxSQLResource+1), 1, "o"}} {
+		require.ErrorIs(t, g.Check(t.Context(), tx, c.resource, c.fence, c.owner), redlease.ErrInvalidArgument, "%+v", c)
 	}
-	require.ErrorIs(t, g.Check(t.Context(), nil, "r", 1, "o"), ErrInvalidArgument)
-	require.ErrorIs(t, (*SQLGuard)(nil).Check(t.Context(), tx, "r", 1, "o"), ErrInvalidArgument)
-	require.ErrorIs(t, (*RowGuard)(nil).Explain(t.Context(), tx, 1, 1, "o"), ErrInvalidArgument)
+	require.ErrorIs(t, g.Check(t.Context(), nil, "r", 1, "o"), redlease.ErrInvalidArgument)
+	require.ErrorIs(t, (*SQLGuard)(nil).Check(t.Context(), tx, "r", 1, "o"), redlease.ErrInvalidArgument)
+	require.ErrorIs(t, (*RowGuard)(nil).Explain(t.Context(), tx, 1, 1, "o"), redlease.ErrInvalidArgument)
 }
 
 func TestRowGuardCond(t *testing.T) {
@@ -318,6 +321,50 @@ func TestRowGuardCond(t *testing.T) {
 	// Only the owner column may be left out.
 	for _, cols := range [][3]string{{"", "last_fence", ""}, {"id", "", ""}, {"", "", ""}, {"id", "", "last_owner"}} {
 		_, err := NewRowGuard(DialectPostgres, "t", cols[0], cols[1], cols[2])
-		require.ErrorIs(t, err, ErrInvalidArgument, "%q", cols)
+		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "%q", cols)
 	}
+}
+
+// The names the SQL guards refuse before any statement are names PostgreSQL
+// would refuse itself, with a database error in the middle of the caller's
+// transaction; the longest name they take is stored.
+func TestSQLGuardResourceNamesMatchWhatPostgresStores(t *testing.T) {
+	db := servertest.Postgres(t)
+	ctx := t.Context()
+	g, err := NewSQLGuard(DialectPostgres, "fence_guard")
+	require.NoError(t, err)
+	require.NoError(t, g.CreateTable(ctx, db))
+	insert := func(resource string) error {
+		_, err := db.ExecContext(ctx, "INSERT INTO fence_guard (resource, fence, owner) VALUES ($1, 1, 'o')", resource)
+		return err
+	}
+	// Random bytes do not compress: TOAST cannot shrink the index entry.
+	longest := make([]byte, MaxSQLResource)
+	for i := range longest {
+		longest[i] = 'a' + byte(rand.IntN(26))
+	}
+	for _, bad := range []string{"a\x00b", "\xff\xfe", string(longest) + strings.Repeat("z", 1000)} {
+		require.ErrorIs(t, checkResource(bad), redlease.ErrInvalidArgument)
+		require.Error(t, insert(bad), "PostgreSQL refuses it too")
+	}
+	require.NoError(t, checkResource(string(longest)))
+	require.NoError(t, fencedTx(ctx, db, g, string(longest), 1, "o", func(*sql.Tx) error { return nil }))
+}
+
+// Forget deletes a resource's row: afterwards any fence is admitted again,
+// and only that resource's row is gone.
+func TestSQLGuardForget(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d dialectDB) {
+		ctx := t.Context()
+		g := d.newGuard(t)
+		nothing := func(*sql.Tx) error { return nil }
+		require.NoError(t, fencedTx(ctx, d.db, g, "gone", 5, "a", nothing))
+		require.NoError(t, fencedTx(ctx, d.db, g, "kept", 5, "a", nothing))
+		require.ErrorIs(t, fencedTx(ctx, d.db, g, "gone", 4, "b", nothing), ErrStaleFence)
+		require.NoError(t, g.Forget(ctx, d.db, "gone"))
+		require.NoError(t, fencedTx(ctx, d.db, g, "gone", 4, "b", nothing), "a forgotten resource admits any fence")
+		require.ErrorIs(t, fencedTx(ctx, d.db, g, "kept", 4, "b", nothing), ErrStaleFence, "the other row stays")
+		require.ErrorIs(t, g.Forget(ctx, nil, "x"), redlease.ErrInvalidArgument)
+		require.ErrorIs(t, g.Forget(ctx, d.db, ""), redlease.ErrInvalidArgument)
+	})
 }

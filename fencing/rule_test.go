@@ -1,14 +1,17 @@
-package redlease
+package fencing
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
@@ -79,11 +82,11 @@ func requireNeverBack(t *testing.T, accepted []token, refused []*StaleFenceError
 // takes the lease with fence 33 and freezes past its TTL (Redis's clock jumps
 // 31 s, A's own does not, so A still believes it holds the lease); then B
 // takes it over with fence 34. B's lease is released when the test ends.
-func staleAndCurrent(t *testing.T) (a, b *Lease) {
+func staleAndCurrent(t *testing.T) (a, b *redlease.Lease) {
 	t.Helper()
 	ctx := t.Context()
 	mr, rdb := servertest.Mini(t)
-	locks := New(rdb, WithTTL(30*time.Second), WithAutoRenew(false))
+	locks := redlease.New(rdb, redlease.WithTTL(30*time.Second), redlease.WithAutoRenew(false))
 	_, err := locks.AdvanceFence(ctx, "invoice:42", 32)
 	require.NoError(t, err)
 	a, err = locks.TryAcquire(ctx, "invoice:42")
@@ -96,4 +99,69 @@ func staleAndCurrent(t *testing.T) (a, b *Lease) {
 	require.Equal(t, int64(34), b.Fence())
 	t.Cleanup(func() { _ = b.Release(context.Background()) })
 	return a, b
+}
+
+// recorder is an observer that keeps the events it sees.
+type recorder struct {
+	mu     sync.Mutex
+	events []redlease.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e redlease.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+// take returns the events recorded so far, as "kind:outcome", and forgets them.
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		out = append(out, e.Kind.String()+":"+e.Outcome.String())
+	}
+	r.events = nil
+	return out
+}
+
+func TestGuardsReportStaleFences(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	rec := &recorder{}
+
+	rg := NewRedisGuard(rdb, WithObserver(rec))
+	require.NoError(t, rg.Set(ctx, "k", "v", 0, 2, "b"))
+	require.ErrorIs(t, rg.Set(ctx, "k", "v", 0, 1, "a"), ErrStaleFence)
+	_, err := rg.Del(ctx, "k", 1, "a")
+	require.ErrorIs(t, err, ErrStaleFence)
+
+	db := openSQLite(t)
+	sg, err := NewSQLGuard(DialectSQLite, "fences", WithObserver(rec))
+	require.NoError(t, err)
+	require.NoError(t, sg.CreateTable(ctx, db))
+	for _, fence := range []int64{2, 1} {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		err = sg.Check(ctx, tx, "r", fence, "o")
+		_ = tx.Rollback()
+		if fence == 1 {
+			require.ErrorIs(t, err, ErrStaleFence)
+		} else {
+			require.NoError(t, err)
+			tx, _ = db.BeginTx(ctx, nil)
+			require.NoError(t, sg.Check(ctx, tx, "r", fence, "o"))
+			require.NoError(t, tx.Commit())
+		}
+	}
+
+	h := HTTPGuard{Store: &MemoryStore{}, Observer: rec}.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, fence := range []string{"2", "1"} {
+		req := httptest.NewRequest(http.MethodPost, "/", nil)
+		req.Header.Set(HeaderFencingToken, fence)
+		req.Header.Set(HeaderFencingResource, "r")
+		req.Header.Set(HeaderFencingOwner, "o")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	require.Equal(t, []string{"stale_fence:stale", "stale_fence:stale", "stale_fence:stale", "stale_fence:stale"}, rec.take())
 }

@@ -1,4 +1,4 @@
-package redlease
+package fencing
 
 import (
 	"context"

@@ -1,0 +1,69 @@
+// Package shared holds what the packages redlease and fencing both need to
+// know: which failed requests may have reached Redis, how a resource name is
+// shown in a message, and whether an argument is a nil in disguise. It is
+// not part of the API.
+package shared
+
+import (
+	"errors"
+	"net"
+	"reflect"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MayHaveReached reports whether a failed request may have been executed by
+// Redis: everything except a Redis error reply (the server answered) and
+// failures that happen before anything is written to the connection (a
+// refused or failed dial, a pool that gave no connection, a closed client).
+func MayHaveReached(err error) bool {
+	if IsServerError(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return true
+}
+
+// IsServerError reports whether err is an error reply of the Redis server.
+func IsServerError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+// MaxQuoted is the most bytes of a resource name that a message shows.
+const MaxQuoted = 128
+
+// Quote quotes a resource name for an error or a log line. A name longer
+// than MaxQuoted bytes is cut there and marked with how much was left out,
+// so that a 1 MiB name does not make a 1 MiB message.
+func Quote(name string) string {
+	if len(name) <= MaxQuoted {
+		return strconv.Quote(name)
+	}
+	cut := MaxQuoted
+	for cut > 0 && !isRuneStart(name[cut]) { // do not split a UTF-8 sequence
+		cut--
+	}
+	return strconv.Quote(name[:cut]) + "… (" + strconv.Itoa(len(name)) + " bytes)"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// IsNil reports whether v is nil, or an interface holding a nil pointer,
+// map, slice, function or channel: a nil *redis.Client passed as a
+// redis.UniversalClient is not == nil.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return rv.IsNil()
+	}
+	return false
+}
