@@ -2,14 +2,8 @@ package redlease
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Administration: what an operator needs to see, and rarely to force.
@@ -55,11 +49,10 @@ func (s *Status) setLease(value string, ttl time.Duration) {
 }
 
 // Inspect returns what Redis holds for resource: the lease and its holder,
-// the fence counter and the number of waiters, read in one transaction, so
-// they belong to one moment. It only reads. opts may override the Client's
-// key prefix (WithPrefix).
-func (c *Client) Inspect(ctx context.Context, resource string, opts ...Option) (Status, error) {
-	cfg, err := c.leaseConfig([]string{resource}, opts)
+// the fence counter and the number of waiters, read in one script, so they
+// belong to one moment. It only reads.
+func (c *Client) Inspect(ctx context.Context, resource string) (Status, error) {
+	cfg, err := c.leaseConfig([]string{resource}, nil)
 	if err != nil {
 		return Status{}, err
 	}
@@ -71,29 +64,20 @@ func (c *Client) Inspect(ctx context.Context, resource string, opts ...Option) (
 }
 
 // inspect reads the status of resources, each in one script run (atomic;
-// a resource's keys share a Redis Cluster hash slot), sent in one pipeline.
+// a resource's keys share a Redis Cluster hash slot), sent in pipelines.
 func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) ([]Status, error) {
-	keys := func(r string) []string {
-		return []string{cfg.key(r, "lease"), cfg.key(r, "fence"), cfg.key(r, "queue")}
+	names := make([]resourceKeys, len(resources))
+	for i, r := range resources {
+		names[i] = keys(cfg.prefix, r)
 	}
-	cmds := make([]*redis.Cmd, len(resources))
-	if len(resources) == 1 {
-		cmds[0] = inspectScript.Run(ctx, c.rdb, keys(resources[0])) // EVALSHA, EVAL on NOSCRIPT
-	} else {
-		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT.
-		pipe := c.rdb.Pipeline()
-		for i, r := range resources {
-			cmds[i] = inspectScript.Eval(ctx, pipe, keys(r))
-		}
-		_, _ = pipe.Exec(ctx) // each command keeps its own error
-	}
+	replies := c.b.evalAll(ctx, inspectScript, len(resources), func(i int) call { return inspectCall(&names[i]) })
 	out := make([]Status, len(resources))
 	for i, r := range resources {
-		res, err := cmds[i].Slice()
-		if err != nil {
-			return nil, fmt.Errorf("redlease: inspect %q: %w", r, err)
+		if err := replies[i].err; err != nil {
+			return nil, requestError("inspect", r, c.b.classify(err), err)
 		}
-		if out[i], err = parseStatus(r, res, 4); err != nil {
+		var err error
+		if out[i], err = parseStatus(r, replies[i].vals, 4); err != nil {
 			return nil, err
 		}
 	}
@@ -103,7 +87,7 @@ func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) (
 // parseStatus reads the reply of inspect.lua or break.lua: {value, pttl,
 // counter, waiters, ...}, n integers long.
 func parseStatus(resource string, res []any, n int) (Status, error) {
-	bad := fmt.Errorf("redlease: %q: script replied %v", resource, res)
+	bad := errorf("%s: script replied %v", quote(resource), res)
 	if len(res) != n {
 		return Status{}, bad
 	}
@@ -124,10 +108,6 @@ func parseStatus(resource string, res []any, n int) (Status, error) {
 	return st, nil
 }
 
-// scanCount is the COUNT hint of each SCAN call: about how many keys one
-// call looks at, and so the size of one batch of inspections.
-const scanCount = 200
-
 // Scan calls fn with the Status of every resource whose name matches
 // pattern, a Redis glob ("*", "?", "[a-z]"; "" means "*"), in no particular
 // order. It finds them with SCAN, never KEYS: it does not block Redis, but
@@ -137,40 +117,24 @@ const scanCount = 200
 // are included (Status.Held is false); a lease whose counter was lost is
 // found by its lease key. fn is called from the calling goroutine, one
 // Status at a time; if it returns an error, Scan stops and returns it.
-// opts may override the Client's key prefix (WithPrefix).
-func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error, opts ...Option) error {
+func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error) error {
 	if pattern == "" {
 		pattern = "*"
 	}
 	if fn == nil {
 		return invalidf("nil function")
 	}
-	cfg, err := c.leaseConfig([]string{pattern}, opts)
+	cfg, err := c.leaseConfig([]string{pattern}, nil)
 	if err != nil {
 		return err
 	}
-	nodes, err := c.scanNodes(ctx)
-	if err != nil {
-		return fmt.Errorf("redlease: scan: %w", err)
+	err = c.b.scan(ctx, resourcePattern(cfg.prefix, pattern), func(keys []string) error {
+		return c.scanBatch(ctx, cfg, keys, fn)
+	})
+	if err != nil && c.b.classify(err) != refused {
+		return errorf("scan: %w", err)
 	}
-	match := escapeGlob(cfg.prefix) + "{" + pattern + "}:*"
-	for _, node := range nodes {
-		// Bounded: SCAN returns cursor 0 after one pass over the keyspace.
-		for cursor := uint64(0); ; {
-			keys, next, err := node.Scan(ctx, cursor, match, scanCount).Result()
-			if err != nil {
-				return fmt.Errorf("redlease: scan: %w", err)
-			}
-			if err := c.scanBatch(ctx, cfg, keys, fn); err != nil {
-				return err
-			}
-			if next == 0 {
-				break
-			}
-			cursor = next
-		}
-	}
-	return nil
+	return err
 }
 
 // scanBatch inspects the resources named by one SCAN reply's keys and calls
@@ -179,13 +143,12 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn f
 	var resources []string
 	var leaseOnly []bool // found by the lease key: report only without a counter
 	for _, k := range keys {
-		rest, ok := strings.CutPrefix(k, cfg.prefix+"{")
-		if !ok {
-			continue
-		}
-		if r, ok := strings.CutSuffix(rest, "}:fence"); ok {
+		r, kind, ok := resourceOf(cfg.prefix, k)
+		switch {
+		case !ok:
+		case kind == kindFence:
 			resources, leaseOnly = append(resources, r), append(leaseOnly, false)
-		} else if r, ok := strings.CutSuffix(rest, "}:lease"); ok {
+		case kind == kindLease:
 			resources, leaseOnly = append(resources, r), append(leaseOnly, true)
 		}
 	}
@@ -207,44 +170,6 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn f
 	return nil
 }
 
-// scanNodes returns the servers to scan: the client itself, or every master
-// of a cluster, in address order.
-func (c *Client) scanNodes(ctx context.Context) ([]redis.Cmdable, error) {
-	cc, ok := c.rdb.(*redis.ClusterClient)
-	if !ok {
-		return []redis.Cmdable{c.rdb}, nil
-	}
-	var mu sync.Mutex
-	var masters []*redis.Client
-	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		masters = append(masters, m)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(masters, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
-	nodes := make([]redis.Cmdable, len(masters))
-	for i, m := range masters {
-		nodes[i] = m
-	}
-	return nodes, nil
-}
-
-// escapeGlob quotes the characters that are special in a Redis glob.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // Break is an operator's forced release: it deletes the lease of resource,
 // whoever holds it, and wakes the first live waiter, as Release does. If
 // fence is > 0, it deletes the lease only while it has that fence (the
@@ -264,10 +189,9 @@ func escapeGlob(s string) string {
 // not to hurry one that is working.
 //
 // Each call that reaches Redis sends an EventBreak to the Client's observers
-// and to those given in opts (WithObserver, WithLogger); invalid input does
-// not.
-func (c *Client) Break(ctx context.Context, resource string, fence int64, opts ...Option) (st Status, removed bool, err error) {
-	cfg, err := c.leaseConfig([]string{resource}, opts)
+// (WithObserver, WithLogger given to New); invalid input does not.
+func (c *Client) Break(ctx context.Context, resource string, fence int64) (st Status, removed bool, err error) {
+	cfg, err := c.leaseConfig([]string{resource}, nil)
 	if err != nil {
 		return Status{}, false, err
 	}
@@ -289,16 +213,14 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64, opts .
 
 // breakLease runs break.lua.
 func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, fence int64) (Status, bool, error) {
-	keys := []string{cfg.key(resource, "lease"), cfg.key(resource, "fence"), cfg.key(resource, "queue"),
-		cfg.key(resource, "alive")}
-	res, err := breakScript.Run(ctx, c.rdb, keys, strconv.FormatInt(fence, 10), cfg.key(resource, "wake"),
-		c.hub.shardedArg()).Slice()
-	if err != nil {
-		return Status{}, false, requestError("break", resource, err)
+	k := keys(cfg.prefix, resource)
+	r := c.b.eval(ctx, breakScript, breakCall(&k, strconv.FormatInt(fence, 10), c.b.sharded()))
+	if r.err != nil {
+		return Status{}, false, requestError("break", resource, c.b.classify(r.err), r.err)
 	}
-	st, err := parseStatus(resource, res, 5)
+	st, err := parseStatus(resource, r.vals, 5)
 	if err != nil {
 		return Status{}, false, err
 	}
-	return st, res[4] == int64(1), nil
+	return st, r.vals[4] == int64(1), nil
 }

@@ -36,7 +36,7 @@ func TestAdvanceFenceNeverMovesBack(t *testing.T) {
 	require.Negative(t, ttl, "the counter still has no TTL")
 
 	// The prefix names the counter; MaxFence itself is exact.
-	n, err = c.AdvanceFence(ctx, "r", MaxFence, WithPrefix("other:"))
+	n, err = New(rdb, WithPrefix("other:")).AdvanceFence(ctx, "r", MaxFence)
 	require.NoError(t, err)
 	require.Equal(t, MaxFence, n)
 	v, err := rdb.Get(ctx, "other:{r}:fence").Int64()

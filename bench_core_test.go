@@ -55,18 +55,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}},
 		{"Acquire/autorenew=off", pair(WithAutoRenew(false))},
 		{"scripts", func(c *Client) func(context.Context) error {
-			cfg := &c.cfg
-			acq := []string{cfg.key("bench", "lease"), cfg.key("bench", "fence"), cfg.key("bench", "queue"), cfg.key("bench", "alive")}
-			rel := []string{acq[0], acq[2], acq[3], cfg.key("bench", "released")}
-			wake, ttl := cfg.key("bench", "wake"), cfg.ttl.Milliseconds()
-			// ARGV: owner, TTL, waiter timeout (0: do not queue), fair,
-			// queued, queue member; owner, wake channel, sharded, queue
-			// member ('': not queued).
+			k := keys(DefaultPrefix, "bench")
+			owner, member, ttl := "owner", "owner/c", any(c.cfg.ttl.Milliseconds())
 			return func(ctx context.Context) error {
-				if err := acquireScript.Run(ctx, c.rdb, acq, "owner", ttl, 0, "0", "0", "owner/c").Err(); err != nil {
+				if err := c.b.eval(ctx, acquireScript, acquireCall(&k, &owner, &member, ttl, 0, false, false)).err; err != nil {
 					return err
 				}
-				return releaseScript.Run(ctx, c.rdb, rel, "owner", wake, "0", "").Err()
+				return c.b.eval(ctx, releaseScript, releaseCall(&k, &owner, &noMember, false)).err
 			}
 		}},
 	}

@@ -3,11 +3,8 @@ package redlease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Election elects one leader at a time among the campaigners for a name:
@@ -75,13 +72,14 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	// term until the next term's record replaces it (one key per election
 	// name, like the fence counter), but Leader shows it only while the lease
 	// holds the same owner, so it is never shown for another term.
-	ok, err := leaderScript.Run(ctx, e.c.rdb, []string{l.keys.lease, l.cfg.key(e.name, "leader")}, l.owner, value).Bool()
-	if err != nil {
+	k := electionKeys(l.cfg.prefix, e.name)
+	r := e.c.b.eval(ctx, leaderScript, leaderCall(&k, &l.owner, &value))
+	if r.err != nil {
 		// Not requestError: ErrOutcomeUnknown would say the campaign may
 		// have succeeded, but the term is given up here either way.
-		return nil, errors.Join(fmt.Errorf("redlease: campaign %q: record value: %w", e.name, err), l.Release(ctx))
+		return nil, errors.Join(errorf("campaign %s: record value: %w", quote(e.name), r.err), l.Release(ctx))
 	}
-	if !ok || l.Context().Err() != nil {
+	if r.n != 1 || l.Context().Err() != nil {
 		return nil, e.lost(ctx, l)
 	}
 	return l, nil
@@ -96,11 +94,11 @@ func (e *Election) lost(ctx context.Context, l *Lease) error {
 	cause := context.Cause(l.Context()) // nil if only Redis said the term is over
 	_ = l.Release(ctx)
 	if e.c.closed.Load() { // Close released the term
-		return fmt.Errorf("redlease: campaign %q: %w", e.name, ErrClientClosed)
+		return errorf("campaign %s: %w", quote(e.name), ErrClientClosed)
 	}
-	err := fmt.Errorf("redlease: campaign %q: %w: the term ended before its value was recorded", e.name, ErrLeaseLost)
+	err := errorf("campaign %s: %w: the term ended before its value was recorded", quote(e.name), ErrLeaseLost)
 	if cause != nil {
-		err = fmt.Errorf("%w (%w)", err, cause)
+		err = errorf("%w (%w)", err, cause)
 	}
 	return err
 }
@@ -111,23 +109,23 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err != nil {
 		return Leader{}, err
 	}
-	var lease, value *redis.StringCmd
-	var ttl *redis.DurationCmd
-	_, err = e.c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		lease = p.Get(ctx, cfg.key(e.name, "lease"))
-		ttl = p.PTTL(ctx, cfg.key(e.name, "lease"))
-		value = p.Get(ctx, cfg.key(e.name, "leader"))
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Leader{}, fmt.Errorf("redlease: leader of %q: %w", e.name, err)
+	k := electionKeys(cfg.prefix, e.name)
+	r := e.c.b.eval(ctx, leaderReadScript, leaderReadCall(&k))
+	if r.err != nil {
+		return Leader{}, requestError("leader of", e.name, e.c.b.classify(r.err), r.err)
 	}
-	owner, fence, ok := parseLease(lease.Val())
+	if len(r.vals) != 3 {
+		return Leader{}, errorf("leader of %s: script replied %v", quote(e.name), r.vals)
+	}
+	lease, _ := r.vals[0].(string)
+	pttl, _ := r.vals[1].(int64)
+	record, _ := r.vals[2].(string)
+	owner, fence, ok := parseLease(lease)
 	if !ok {
 		return Leader{}, ErrNoLeader
 	}
-	ld := Leader{Owner: owner, Fence: fence, Remaining: ttl.Val()}
-	if o, v, ok := strings.Cut(value.Val(), " "); ok && o == owner {
+	ld := Leader{Owner: owner, Fence: fence, Remaining: time.Duration(pttl) * time.Millisecond}
+	if o, v, ok := strings.Cut(record, " "); ok && o == owner {
 		ld.Value = v
 	}
 	return ld, nil

@@ -222,7 +222,7 @@ type gateHook struct {
 func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if slices.Contains(cmd.Args(), any(h.key)) {
+		if names(cmd, h.key) {
 			h.stalled.Store(true)
 		}
 		if h.stalled.Load() {
@@ -282,7 +282,7 @@ type beforeHook struct {
 func (h *beforeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *beforeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if slices.Contains(cmd.Args(), any(h.key)) && h.done.CompareAndSwap(false, true) {
+		if names(cmd, h.key) && h.done.CompareAndSwap(false, true) {
 			h.fn()
 		}
 		return next(ctx, cmd)
@@ -333,4 +333,12 @@ func TestAdminCallsAfterCloseReturnErrClientClosed(t *testing.T) {
 	require.ErrorIs(t, err, ErrClientClosed)
 	_, err = e.Campaign(ctx, "host-a")
 	require.ErrorIs(t, err, ErrClientClosed)
+}
+
+// names reports whether cmd names key (the scripts pass keys as *string).
+func names(cmd redis.Cmder, key string) bool {
+	return slices.ContainsFunc(cmd.Args(), func(a any) bool {
+		s, ok := a.(*string)
+		return a == any(key) || ok && *s == key
+	})
 }

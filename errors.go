@@ -3,7 +3,10 @@ package redlease
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redlease/redlease/internal/shared"
 )
 
 // Errors returned by this package. Test for them with errors.Is: they are
@@ -35,7 +38,8 @@ var (
 	// ErrOutcomeUnknown means a request reached, or may have reached, Redis
 	// but its reply did not come back (timeout, connection reset). The
 	// operation may or may not have taken effect. It is always joined with
-	// the network error that caused it.
+	// the network error that caused it. A request that could not be sent
+	// (a refused connection) is not of unknown outcome.
 	ErrOutcomeUnknown = errors.New("redlease: outcome unknown")
 
 	// ErrNotReplicated means fewer replicas than WithReplicaAck asked for
@@ -53,6 +57,7 @@ var (
 	// ErrInvalidArgument is returned, before any round trip to Redis, for
 	// input that cannot work: an empty resource, a nil client, a TTL below
 	// 1 ms, a renew interval not below the lease's lifetime, and the like.
+	// The guards of package fencing return it too.
 	ErrInvalidArgument = errors.New("redlease: invalid argument")
 )
 
@@ -70,18 +75,62 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	if e.Remaining == 0 {
-		return fmt.Sprintf("redlease: %q is busy: its lease is about to expire, or earlier waiters come first (fair lease)", e.Resource)
+	r := quote(e.Resource)
+	switch {
+	case e.Remaining == 0:
+		return "redlease: " + r + " is busy: its lease is about to expire, or earlier waiters come first (fair lease)"
+	case e.Remaining < 0:
+		return "redlease: " + r + " is held by another owner (lease key has no TTL)"
 	}
-	if e.Remaining < 0 {
-		return fmt.Sprintf("redlease: %q is held by another owner (lease key has no TTL)", e.Resource)
-	}
-	return fmt.Sprintf("redlease: %q is held by another owner for %v more", e.Resource, e.Remaining)
+	return fmt.Sprintf("redlease: %s is held by another owner for %v more", r, e.Remaining)
 }
 
 // Unwrap makes errors.Is(err, ErrNotAcquired) true.
 func (e *BusyError) Unwrap() error { return ErrNotAcquired }
 
+// quote shows a resource name in a message, cut to a bounded length.
+func quote(resource string) string { return shared.Quote(resource) }
+
+// prefix starts every message of this package's errors, once.
+const prefix = "redlease: "
+
+// wrapped is an error made by errorf: its message has one "redlease: ",
+// and it matches what its format wrapped with %w.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (e *wrapped) Error() string { return e.msg }
+func (e *wrapped) Unwrap() error { return e.err }
+
+// errorf formats as fmt.Errorf does (%w wraps), and then drops the
+// "redlease: " that starts the messages it wrapped, so that a message says
+// it once, at its start: "redlease: lease not acquired: "job": client
+// closed", not "redlease: lease not acquired: "job": redlease: client closed".
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	msg := strings.ReplaceAll(err.Error(), prefix, "")
+	return &wrapped{msg: prefix + msg, err: err}
+}
+
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+	return errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+// notAcquired is the error of an acquire of resource that ended with err.
+func notAcquired(resource string, err error) error {
+	if errors.Is(err, ErrNotAcquired) {
+		return err
+	}
+	return errorf("%w: %s: %w", ErrNotAcquired, quote(resource), err)
+}
+
+// requestError describes the failed request op on resource; class is what
+// the backend made of its error.
+func requestError(op, resource string, class errorClass, err error) error {
+	if class == unknown {
+		return errorf("%s %s: %w: %w", op, quote(resource), ErrOutcomeUnknown, err)
+	}
+	return errorf("%s %s: %w", op, quote(resource), err)
 }

@@ -115,7 +115,7 @@ func waitAsWaitForDoes(w *waiter, d time.Duration) {
 // made the hub take the second move's sunsubscribe for an answer.)
 func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(m.cc)
+	h := newHub(newGoRedis(m.cc))
 	defer h.close()
 	defer m.keepOpen(h).leave()
 	w := h.join(movingChannel, "a", make(chan struct{}, 1))
@@ -148,7 +148,7 @@ func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 // waiter ever waited on it or dropped it.)
 func TestHubDropsASubscriptionNeverConfirmed(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(m.cc)
+	h := newHub(newGoRedis(m.cc))
 	defer h.close()
 	defer m.keepOpen(h).leave()
 
@@ -173,7 +173,7 @@ func TestHubDropsASubscriptionNeverConfirmed(t *testing.T) {
 // forgotten, not kept in h.chans for good.
 func TestHubForgetsAnIdleChannelWhoseSlotMoved(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(m.cc)
+	h := newHub(newGoRedis(m.cc))
 	defer h.close()
 	defer m.keepOpen(h).leave()
 	a := h.join(movingChannel, "a", make(chan struct{}, 1))
@@ -196,7 +196,7 @@ func TestHubForgetsAnIdleChannelWhoseSlotMoved(t *testing.T) {
 // owner changed and subscribes through the new one.
 func TestHubResubscribesWhenTheSlotsOwnerChanged(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(m.cc)
+	h := newHub(newGoRedis(m.cc))
 	defer h.close()
 	defer m.keepOpen(h).leave()
 	wake := make(chan struct{}, 1)

@@ -21,7 +21,7 @@ import (
 func TestHubSubscribeAfterDropIdleReachesRedisLast(t *testing.T) {
 	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
-	h := newHub(rdb)
+	h := newHub(newGoRedis(rdb))
 	defer h.close()
 	ctx := context.Background()
 
@@ -101,7 +101,7 @@ func TestHubClosesSubscriptionsWithoutItsLock(t *testing.T) {
 	p := servertest.StartProxy(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := newHub(rdb)
+	h := newHub(newGoRedis(rdb))
 	defer h.close()
 	ctx := context.Background()
 

@@ -234,8 +234,10 @@ func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
 				require.Nil(t, l)
 				require.ErrorIs(t, err, ErrInvalidArgument)
 			}
-			_, err := tc.client.LastFence(t.Context(), tc.resource, tc.opts...)
-			require.ErrorIs(t, err, ErrInvalidArgument)
+			if tc.opts == nil {
+				_, err := tc.client.LastFence(t.Context(), tc.resource)
+				require.ErrorIs(t, err, ErrInvalidArgument)
+			}
 		})
 	}
 	require.Zero(t, hook.Cmds.Load(), "no command may be sent for bad input")
@@ -302,6 +304,7 @@ func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
 	rdb.AddHook(hook)
 	c := New(rdb)
 	ctx := t.Context()
+	warm(t, c)
 
 	hook.LoseReplies.Store(1) // the first acquire runs, its reply is lost
 	l, err := c.TryAcquire(ctx, "r")
@@ -636,4 +639,13 @@ func TestIntegrationSentinelFailoverClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(2), l.Fence())
 	require.NoError(t, l.Release(ctx))
+}
+
+// warm makes c take and release a lease, so that it knows Redis answers and
+// sends its next acquire without first asking whether Redis can be reached.
+func warm(t testing.TB, c *Client) {
+	t.Helper()
+	l, err := c.TryAcquire(context.Background(), "warm-up")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(context.Background()))
 }

@@ -5,14 +5,20 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/redlease/redlease/internal/shared"
 )
 
 // Observer receives the events of leases, for logs, metrics and traces
 // (WithObserver, WithLogger; the module github.com/redlease/redlease/otel
 // records them with OpenTelemetry). Observe is called synchronously, on the
-// acquiring goroutine, the watchdog or a timer, sometimes while a lease's
-// lock is held: it must be quick, must not block, and must not call the
-// Client or the Lease.
+// goroutine that made the event happen: the acquiring or releasing caller,
+// the watchdog, or a lease's deadline timer. No lock of redlease's is held
+// then, so an observer may call any method of the Lease and the Client (a
+// Refresh from an observer of EventRenew makes another EventRenew: guard
+// against recursion). Events of one lease can arrive concurrently from
+// these goroutines. Observe should be quick: while it runs, the watchdog's
+// batch it reports on waits, and so does the caller.
 type Observer interface {
 	Observe(ctx context.Context, e Event)
 }
@@ -48,9 +54,19 @@ const (
 	// for), or the outcome of the Redis error. Owner and Fence are those of
 	// the lease Break found, removed or not.
 	EventBreak
+	// EventOutage is an Acquire wait whose attempt got no answer from Redis
+	// (it could not be reached, or its reply was lost) after Redis had
+	// answered, or at its first attempt: the wait rides the outage out,
+	// retrying with backoff. One per outage and wait, not per retry; Err is
+	// the first attempt's error, Start when it failed.
+	EventOutage
+	// EventRecovered is an Acquire wait that got an answer from Redis again
+	// after an EventOutage. Start is when the outage began, End when it
+	// ended.
+	EventRecovered
 )
 
-var kindNames = [...]string{"", "acquire", "renew", "lost", "release", "stale_fence", "break"}
+var kindNames = [...]string{"", "acquire", "renew", "lost", "release", "stale_fence", "break", "outage", "recovered"}
 
 func (k EventKind) String() string {
 	if int(k) < len(kindNames) {
@@ -114,10 +130,11 @@ func WithObserver(o Observer) Option {
 
 // WithLogger logs the leases' events to l as structured records: acquire
 // (waited, fence), renew failures, loss (why), release (held for, result),
-// stale fences and breaks. Each record has the resource, the fence and an
-// 8-character owner prefix, never a payload. Successes are logged at Debug,
-// failures to renew at Info, losses, failed releases, stale fences and every
-// Break at Warn.
+// stale fences, breaks, and a wait's Redis outage and recovery. Each record
+// has the resource, the fence and an 8-character owner prefix, never a
+// payload. Successes are logged at Debug, failures to renew and recoveries at
+// Info, losses, failed releases, stale fences, outages and every Break at
+// Warn.
 func WithLogger(l *slog.Logger) Option {
 	if l == nil {
 		return nil
@@ -134,17 +151,17 @@ type logObserver struct{ l *slog.Logger }
 func (o logObserver) Observe(ctx context.Context, e Event) {
 	level := slog.LevelDebug
 	switch {
-	case e.Kind == EventLost, e.Kind == EventStaleFence, e.Kind == EventBreak,
+	case e.Kind == EventLost, e.Kind == EventStaleFence, e.Kind == EventBreak, e.Kind == EventOutage,
 		e.Kind == EventRelease && e.Outcome != OutcomeOK, e.Overran:
 		level = slog.LevelWarn
-	case e.Kind == EventRenew && e.Outcome != OutcomeOK:
+	case e.Kind == EventRenew && e.Outcome != OutcomeOK, e.Kind == EventRecovered:
 		level = slog.LevelInfo
 	}
 	if !o.l.Enabled(ctx, level) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("resource", e.Resource),
+		slog.String("resource", shared.Cut(e.Resource)),
 		slog.String("result", e.Outcome.String()),
 	}
 	if e.Fence > 0 {
@@ -158,6 +175,8 @@ func (o logObserver) Observe(ctx context.Context, e Event) {
 		attrs = append(attrs, slog.Duration("waited", e.End.Sub(e.Start)))
 	case EventRelease, EventLost:
 		attrs = append(attrs, slog.Duration("held", e.Held))
+	case EventRecovered:
+		attrs = append(attrs, slog.Duration("down", e.End.Sub(e.Start)))
 	}
 	if e.Overran {
 		attrs = append(attrs, slog.Bool("overran", true))
@@ -173,6 +192,26 @@ func (c *config) observe(ctx context.Context, e Event) {
 	for _, o := range c.observers {
 		o.Observe(ctx, e)
 	}
+}
+
+// pending is an event to send to cfg's observers once the locks held when it
+// happened have been released (see Observer). The zero pending sends
+// nothing.
+type pending struct {
+	cfg *config
+	ctx context.Context // if set, the context the event belongs to (a lease's)
+	e   Event
+}
+
+// emit sends the event, with p.ctx or, if that is not set, ctx.
+func (p pending) emit(ctx context.Context) {
+	if p.cfg == nil {
+		return
+	}
+	if p.ctx != nil {
+		ctx = p.ctx
+	}
+	p.cfg.observe(ctx, p.e)
 }
 
 // outcomeOf classifies the error of an operation.

@@ -57,7 +57,7 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	require.NoError(t, l.Refresh(ctx))
 	mr.Del("redlease:{r}:lease")
 	require.ErrorIs(t, l.Refresh(ctx), ErrLeaseLost)
-	require.Equal(t, []string{"renew:ok", "lost:lost", "renew:lost"}, rec.take())
+	require.Equal(t, []string{"renew:ok", "renew:lost", "lost:lost"}, rec.take())
 
 	require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
 	rec.mu.Lock()
@@ -99,4 +99,84 @@ func TestLoggerIsQuietOnSuccessAndWarnsOnLoss(t *testing.T) {
 	require.Contains(t, out, "overran=true")
 	require.NotContains(t, out, l.Owner(), "only an owner prefix is logged")
 	require.Equal(t, 3, strings.Count(out, "\n"), "renew failure (Info), loss and release (Warn):\n%s", out)
+}
+
+// Observers may call anything: an observer that, on each renew, loss and
+// release event of a lease, calls every method of that lease and takes and
+// gives back another lease, from the watchdog, a deadline timer and the
+// caller alike, finishes. (Observers used to be called with the lease's lock
+// held, and one that read Deadline deadlocked.)
+func TestObserversMayCallTheLeaseAndTheClient(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	var (
+		mu     sync.Mutex
+		seen   = map[string]int{} // by "resource/kind"
+		inner  = map[EventKind]bool{}
+		leases = map[string]*Lease{}
+		c      *Client
+	)
+	obs := ObserverFunc(func(ctx context.Context, e Event) {
+		if e.Kind != EventRenew && e.Kind != EventLost && e.Kind != EventRelease {
+			return
+		}
+		mu.Lock()
+		seen[e.Resource+"/"+e.Kind.String()]++
+		l := leases[e.Resource]
+		again := inner[e.Kind] // once per kind, or a Refresh on renew would recurse
+		inner[e.Kind] = true
+		mu.Unlock()
+		if again || l == nil {
+			return
+		}
+		_, _, _, _ = l.Resource(), l.Owner(), l.Fence(), l.Deadline()
+		_ = l.Context().Err()
+		_ = l.Refresh(ctx)
+		_ = l.Release(ctx)
+		other, err := c.TryAcquire(ctx, "other-"+e.Kind.String())
+		if err == nil {
+			_ = other.Release(ctx)
+		}
+		_, _ = c.Inspect(ctx, e.Resource)
+	})
+	c = New(rdb, WithObserver(obs))
+	defer c.Close(ctx)
+
+	renewed, err := c.TryAcquire(ctx, "renewed", WithTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	lapsed, err := c.TryAcquire(ctx, "lapsed", WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	require.NoError(t, err)
+	mu.Lock()
+	leases["renewed"], leases["lapsed"] = renewed, lapsed
+	mu.Unlock()
+
+	// The watchdog's first renewal of "renewed" runs the observer, which
+	// releases it; "lapsed" ends on its timer.
+	servertest.WaitDone(t, renewed.Context(), 5*time.Second)
+	servertest.WaitDone(t, lapsed.Context(), 5*time.Second)
+	require.ErrorIs(t, context.Cause(renewed.Context()), ErrReleased)
+	require.ErrorIs(t, context.Cause(lapsed.Context()), ErrLeaseLost)
+	servertest.WaitFor(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["renewed/renew"] > 0 && seen["renewed/release"] > 0 && seen["lapsed/lost"] > 0
+	})
+	require.NoError(t, lapsed.Release(ctx)) // its own release event, from the caller
+}
+
+// An observer may even close the Client from an event of its watchdog.
+func TestObserverMayCloseTheClient(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	closed := make(chan error, 1)
+	var once sync.Once
+	var c *Client
+	c = New(rdb, WithObserver(ObserverFunc(func(ctx context.Context, e Event) {
+		if e.Kind == EventRenew {
+			once.Do(func() { closed <- c.Close(ctx) })
+		}
+	})))
+	l, err := c.TryAcquire(t.Context(), "r", WithTTL(300*time.Millisecond))
+	require.NoError(t, err)
+	require.NoError(t, servertest.Recv(t, closed, 5*time.Second))
+	require.ErrorIs(t, context.Cause(l.Context()), ErrReleased, "Close released the lease")
 }

@@ -1,53 +1,30 @@
 package redlease
 
 import (
-	"context"
+	"crypto/sha1"
 	_ "embed"
-	"slices"
+	"encoding/hex"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// The scripts are loaded into Redis on first use and then run by EVALSHA,
-// falling back to EVAL when the server answers NOSCRIPT (after a restart or
-// SCRIPT FLUSH). Each script's header states its keys, arguments and reply.
-var (
-	//go:embed queue.lua
-	queueSrc string
+// Every script redlease runs, and the builder of its call beside it. Each
+// script's header (in lua/) states its keys, arguments and reply; a builder
+// lists them in the same order, so the two are kept in step in one place.
+// Scripts run through backend.eval (EVALSHA, EVAL after NOSCRIPT).
 
-	//go:embed acquire.lua
-	acquireSrc    string
-	acquireScript = newScript(withQueue(acquireSrc))
+// script is one Lua script. hash and src are EVALSHA's and EVAL's second
+// words, boxed once.
+type script struct {
+	hash, src any
+}
 
-	//go:embed acquire_all.lua
-	acquireAllSrc    string
-	acquireAllScript = newScript(withQueue(acquireAllSrc))
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{hash: hex.EncodeToString(sum[:]), src: src}
+}
 
-	//go:embed confirm.lua
-	confirmSrc    string
-	confirmScript = newScript(confirmSrc)
-
-	//go:embed refresh.lua
-	refreshSrc    string
-	refreshScript = newScript(refreshSrc)
-
-	//go:embed release.lua
-	releaseSrc    string
-	releaseScript = newScript(withQueue(releaseSrc))
-
-	//go:embed break.lua
-	breakSrc    string
-	breakScript = newScript(withQueue(breakSrc))
-
-	//go:embed inspect.lua
-	inspectSrc    string
-	inspectScript = newScript(inspectSrc)
-
-	//go:embed leader.lua
-	leaderSrc    string
-	leaderScript = newScript(leaderSrc)
-)
+//go:embed lua/queue.lua
+var queueSrc string
 
 // withQueue returns src with queue.lua's functions inserted at its line
 // '--#queue'. They come after a script's common case rather than before it,
@@ -61,110 +38,133 @@ func withQueue(src string) string {
 	return before + "\n" + queueSrc + after
 }
 
-// script is a redis.Script that the hot paths can also run with a command
-// they build themselves. redis.Script.Run copies the keys and arguments into
-// a new slice and boxes every key; the acquire, renew and release paths
-// instead pass one slice, with the keys as pointers to strings they already
-// hold, which go-redis writes without boxing (see run).
-type script struct {
-	*redis.Script
-	hash, src any // EVALSHA's and EVAL's second argument, boxed once
-}
-
-func newScript(src string) *script {
-	s := redis.NewScript(src)
-	return &script{Script: s, hash: s.Hash(), src: src}
-}
-
-// processor sends one command: a client, or a pipeline.
-type processor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
-// scriptCmd is the command that reads a script's reply.
-type scriptCmd interface {
-	redis.Cmder
-	SetFirstKeyPos(int8)
-}
-
-// intReply reads an integer reply without boxing it; sliceReply reads any
-// reply.
-func intReply(ctx context.Context, args ...any) scriptCmd   { return redis.NewIntCmd(ctx, args...) }
-func sliceReply(ctx context.Context, args ...any) scriptCmd { return redis.NewCmd(ctx, args...) }
-
-// command returns the script's command: args are the whole command with two
-// free places first, then the number of keys, the keys and the arguments
-// (strings may be passed as *string, which boxes without allocating, as
-// &lease.owner does). command fills the free places with EVALSHA and the
-// hash or, with source, with EVAL and the script itself. newCmd makes the
-// command that reads the reply.
-func (s *script) command(ctx context.Context, args []any, source bool, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
-	if source {
-		args[0], args[1] = "eval", s.src
-	} else {
-		args[0], args[1] = "evalsha", s.hash
+// flag is a script's boolean argument, boxed once.
+func flag(b bool) any {
+	if b {
+		return flagOn
 	}
-	cmd := newCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3) // for Cluster routing
-	return cmd
+	return flagOff
 }
 
-// run runs the script as go-redis's Script.Run does: EVALSHA, and EVAL when
-// the server does not have the script. args and newCmd are command's.
-func (s *script) run(ctx context.Context, p processor, args []any, newCmd func(context.Context, ...any) scriptCmd) scriptCmd {
-	cmd := s.command(ctx, args, false, newCmd)
-	// HasErrorPrefix allocates, even for nil: ask it only about errors.
-	if err := p.Process(ctx, cmd); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// A copy: the first command keeps its own arguments.
-		cmd = s.command(ctx, slices.Clone(args), true, newCmd)
-		_ = p.Process(ctx, cmd)
-	}
-	return cmd
+var flagOn, flagOff any = "1", "0"
+
+// noMember is the queue member of an owner that is not queued.
+var noMember = ""
+
+var (
+	//go:embed lua/acquire.lua
+	acquireSrc    string
+	acquireScript = newScript(withQueue(acquireSrc))
+
+	//go:embed lua/acquire_all.lua
+	acquireAllSrc    string
+	acquireAllScript = newScript(withQueue(acquireAllSrc))
+)
+
+// acquireCall is acquire.lua's call. timeout (the waiter timeout in ms, or
+// 0 for an acquirer that does not wait) and ttl are boxed by the caller once.
+func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, queued bool) call {
+	return call{words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
+		owner, ttl, timeout, flag(fair), flag(queued), member}, kind: intReply}
 }
 
-// runAll runs the script n times, the i-th time with command args(i) (see
-// command; args makes a new slice on every call), in pipelines of at most
-// maxBatch commands, each sent as EVALSHA and sent again as EVAL to a server
-// that does not have the script. On Redis Cluster, go-redis splits each
-// pipeline by node. Every command gets an answer or an error of its own.
-func (s *script) runAll(ctx context.Context, rdb redis.UniversalClient, n int, args func(i int) []any,
-	newCmd func(context.Context, ...any) scriptCmd) []scriptCmd {
-	cmds := make([]scriptCmd, n)
-	if n == 1 {
-		cmds[0] = s.run(ctx, rdb, args(0), newCmd)
-		return cmds
+// acquireAllCall is acquire_all.lua's call.
+func acquireAllCall(names []resourceKeys, owner, member *string, ttl, timeout any, queued bool) call {
+	words := make([]any, 3, 3+4*len(names)+5)
+	words[2] = 4 * len(names)
+	for i := range names {
+		k := &names[i]
+		words = append(words, &k.lease, &k.fence, &k.queue, &k.alive)
 	}
-	for from := 0; from < n; from += maxBatch {
-		batch := cmds[from:min(from+maxBatch, n)]
-		pipe := rdb.Pipeline()
-		for i := range batch {
-			batch[i] = s.command(ctx, args(from+i), false, newCmd)
-			_ = pipe.Process(ctx, batch[i])
-		}
-		_, _ = pipe.Exec(ctx)
-		var retry []int
-		for i, cmd := range batch {
-			if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				retry = append(retry, i)
-			}
-		}
-		if len(retry) == 0 {
-			continue
-		}
-		// The server lost its script cache: send the source.
-		pipe = rdb.Pipeline()
-		for _, i := range retry {
-			batch[i] = s.command(ctx, args(from+i), true, newCmd)
-			_ = pipe.Process(ctx, batch[i])
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	return cmds
+	words = append(words, owner, ttl, timeout, flag(queued), member)
+	return call{words: words, kind: arrayReply}
 }
 
-// isOne reads an integer reply that is 1 for success: the refresh and
-// confirm scripts'.
-func isOne(cmd scriptCmd) (bool, error) {
-	n, err := cmd.(*redis.IntCmd).Result()
-	return err == nil && n == 1, err
+var (
+	//go:embed lua/confirm.lua
+	confirmSrc    string
+	confirmScript = newScript(confirmSrc)
+)
+
+// confirmCall is confirm.lua's call: record fence in owner's lease.
+func confirmCall(k *resourceKeys, owner *string, fence int64, ttl any) call {
+	return call{words: []any{nil, nil, 1, &k.lease, owner, fence, ttl}, kind: intReply}
+}
+
+var (
+	//go:embed lua/refresh.lua
+	refreshSrc    string
+	refreshScript = newScript(refreshSrc)
+)
+
+// refreshCall is refresh.lua's call, for Refresh and the watchdog.
+func refreshCall(k *resourceKeys, owner *string, ttl any) call {
+	return call{words: []any{nil, nil, 1, &k.lease, owner, ttl}, kind: intReply}
+}
+
+var (
+	//go:embed lua/release.lua
+	releaseSrc    string
+	releaseScript = newScript(withQueue(releaseSrc))
+)
+
+// releaseCall is release.lua's call; member is &noMember for an owner that
+// is not queued.
+func releaseCall(k *resourceKeys, owner, member *string, sharded bool) call {
+	return call{words: []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released,
+		owner, &k.wake, flag(sharded), member}, kind: intReply}
+}
+
+var (
+	//go:embed lua/break.lua
+	breakSrc    string
+	breakScript = newScript(withQueue(breakSrc))
+)
+
+// breakCall is break.lua's call; fence is "0" for any lease.
+func breakCall(k *resourceKeys, fence string, sharded bool) call {
+	return call{words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
+		fence, &k.wake, flag(sharded)}, kind: arrayReply}
+}
+
+var (
+	//go:embed lua/inspect.lua
+	inspectSrc    string
+	inspectScript = newScript(inspectSrc)
+)
+
+// inspectCall is inspect.lua's call.
+func inspectCall(k *resourceKeys) call {
+	return call{words: []any{nil, nil, 3, &k.lease, &k.fence, &k.queue}, kind: arrayReply}
+}
+
+var (
+	//go:embed lua/advance.lua
+	advanceSrc    string
+	advanceScript = newScript(advanceSrc)
+)
+
+// advanceCall is advance.lua's call.
+func advanceCall(k *resourceKeys, atLeast int64) call {
+	return call{words: []any{nil, nil, 1, &k.fence, atLeast}, kind: intReply}
+}
+
+var (
+	//go:embed lua/leader.lua
+	leaderSrc    string
+	leaderScript = newScript(leaderSrc)
+
+	//go:embed lua/leader_read.lua
+	leaderReadSrc    string
+	leaderReadScript = newScript(leaderReadSrc)
+)
+
+// leaderCall is leader.lua's call: record value for owner's term.
+func leaderCall(k *resourceKeys, owner, value *string) call {
+	return call{words: []any{nil, nil, 2, &k.lease, &k.leader, owner, value}, kind: intReply}
+}
+
+// leaderReadCall is leader_read.lua's call.
+func leaderReadCall(k *resourceKeys) call {
+	return call{words: []any{nil, nil, 2, &k.lease, &k.leader}, kind: arrayReply}
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The watchdog renews the auto-renewed leases of one Client. One goroutine
@@ -21,8 +19,13 @@ import (
 // The watchdog only extends leases. What ends a lease context on time is each
 // lease's own deadline timer, which runs whether or not a renewal is stuck on
 // the network.
+//
+// This is where a renewal is decided: renew sends one only for a lease that
+// is active and before its local deadline at the send time (S4), and
+// Lease.renewed (lifecycle.go) turns the reply into a longer deadline or a
+// loss.
 type watchdog struct {
-	rdb redis.UniversalClient
+	b backend
 
 	mu         sync.Mutex
 	queue      renewQueue
@@ -102,67 +105,83 @@ func (w *watchdog) loop() {
 	defer timer.Stop()
 	var idleSince time.Time
 	for {
-		now := time.Now()
-		var batch []*Lease
-		wait := time.Duration(-1) // until woken
-		w.mu.Lock()
+		batch, wait, done := w.due(&idleSince)
 		switch {
-		case len(w.queue) == 0 && w.inflight == 0:
-			if idleSince.IsZero() {
-				idleSince = now
-			}
-			if wait = watchdogLinger - now.Sub(idleSince); wait <= 0 {
-				w.running, w.sleepUntil = false, time.Time{}
-				w.mu.Unlock()
-				return
-			}
-		case w.inflight < maxInflight && len(w.queue) > 0:
-			idleSince = time.Time{}
-			// Everything due within a tenth of its interval goes now, so
-			// leases taken at nearly the same time share a pipeline.
-			for len(w.queue) > 0 && len(batch) < maxBatch {
-				next := w.queue[0]
-				if next.renewAt.Sub(now) > next.interval/10 {
-					break
-				}
-				batch = append(batch, heap.Pop(&w.queue).(*Lease))
-			}
-			if len(batch) > 0 {
-				w.inflight++
-			} else {
-				wait = w.queue[0].renewAt.Sub(now)
-			}
-		default:
-			idleSince = time.Time{}
-		}
-		w.sleepUntil = time.Time{}
-		if len(batch) == 0 && wait >= 0 {
-			w.sleepUntil = now.Add(wait)
-		}
-		w.mu.Unlock()
-
-		if len(batch) > 0 {
+		case done:
+			return
+		case len(batch) > 0:
 			w.goroutines.Add(1)
 			go w.renew(batch)
-			continue
-		}
-		if wait >= 0 {
+		case wait >= 0:
 			timer.Reset(wait)
 			select {
 			case <-timer.C:
 			case <-w.wake:
 			}
-		} else {
+		default:
 			<-w.wake
 		}
 	}
 }
 
+// due takes the next batch of renewals off the queue, or says how long the
+// loop may sleep (wait < 0: until woken), or that it is done: no lease to
+// renew since *idleSince for watchdogLinger.
+func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration, done bool) {
+	now := time.Now()
+	wait = -1
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case len(w.queue) == 0 && w.inflight == 0:
+		if idleSince.IsZero() {
+			*idleSince = now
+		}
+		if wait = watchdogLinger - now.Sub(*idleSince); wait <= 0 {
+			w.running, w.sleepUntil = false, time.Time{}
+			return nil, 0, true
+		}
+	case w.inflight < maxInflight && len(w.queue) > 0:
+		*idleSince = time.Time{}
+		// Everything due within a tenth of its interval goes now, so
+		// leases taken at nearly the same time share a pipeline.
+		for len(w.queue) > 0 && len(batch) < maxBatch {
+			next := w.queue[0]
+			if next.renewAt.Sub(now) > next.interval/10 {
+				break
+			}
+			batch = append(batch, heap.Pop(&w.queue).(*Lease))
+		}
+		if len(batch) > 0 {
+			w.inflight++
+		} else {
+			wait = w.queue[0].renewAt.Sub(now)
+		}
+	default:
+		*idleSince = time.Time{}
+	}
+	w.sleepUntil = time.Time{}
+	if len(batch) == 0 && wait >= 0 {
+		w.sleepUntil = now.Add(wait)
+	}
+	return batch, wait, false
+}
+
 // renew sends one batch of renewals and requeues each lease that stays
 // active: after its interval when renewed, after a short pause when the
-// request failed (until its local deadline ends it).
+// request failed (until its local deadline ends it). It emits the batch's
+// events once it no longer counts in goroutines, so that an observer may
+// even call Client.Close, which waits for them.
 func (w *watchdog) renew(batch []*Lease) {
-	defer w.goroutines.Done()
+	events := w.renewBatch(batch)
+	w.goroutines.Done()
+	for _, p := range events {
+		p.emit(nil)
+	}
+}
+
+// renewBatch is renew's work; it returns the events to emit.
+func (w *watchdog) renewBatch(batch []*Lease) []pending {
 	// The send time is taken before the check: a renewal goes out only for a
 	// lease that was still active at its send time (S4).
 	sent := time.Now()
@@ -184,9 +203,18 @@ func (w *watchdog) renew(batch []*Lease) {
 		l  *Lease
 		at time.Time
 	}
-	var again []requeue
+	var (
+		again  []requeue
+		events []pending
+	)
 	for i, l := range live {
-		if l.renewed(sent, oks[i], errs[i]) == nil {
+		evs, err := l.renewed(sent, oks[i], errs[i])
+		for _, p := range evs {
+			if p.cfg != nil {
+				events = append(events, p)
+			}
+		}
+		if err == nil {
 			if next := sent.Add(l.interval); l.renewsUntil(next) {
 				again = append(again, requeue{l, next})
 			}
@@ -207,6 +235,7 @@ func (w *watchdog) renew(batch []*Lease) {
 		}
 	}
 	w.signalLocked()
+	return events
 }
 
 // send renews leases, whose earliest local deadline is first, and returns,
@@ -223,9 +252,9 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []er
 	// sooner.
 	ctx, cancel := context.WithDeadline(context.Background(), first)
 	defer cancel()
-	args := func(i int) []any { return leases[i].refreshArgs() }
-	for i, cmd := range refreshScript.runAll(ctx, w.rdb, len(leases), args, intReply) {
-		oks[i], errs[i] = isOne(cmd)
+	calls := func(i int) call { return refreshCall(&leases[i].keys, &leases[i].owner, leases[i].cfg.ttlArg) }
+	for i, r := range w.b.evalAll(ctx, refreshScript, len(leases), calls) {
+		oks[i], errs[i] = r.n == 1 && r.err == nil, r.err
 	}
 	return oks, errs
 }

@@ -41,14 +41,27 @@ const MaxQuoted = 128
 // than MaxQuoted bytes is cut there and marked with how much was left out,
 // so that a 1 MiB name does not make a 1 MiB message.
 func Quote(name string) string {
+	head, rest := cut(name)
+	return strconv.Quote(head) + rest
+}
+
+// Cut is Quote without the quotes, for a log attribute.
+func Cut(name string) string {
+	head, rest := cut(name)
+	return head + rest
+}
+
+// cut splits name at MaxQuoted bytes, at a rune boundary, and says what was
+// left out.
+func cut(name string) (head, rest string) {
 	if len(name) <= MaxQuoted {
-		return strconv.Quote(name)
+		return name, ""
 	}
-	cut := MaxQuoted
-	for cut > 0 && !isRuneStart(name[cut]) { // do not split a UTF-8 sequence
-		cut--
+	n := MaxQuoted
+	for n > 0 && !isRuneStart(name[n]) { // do not split a UTF-8 sequence
+		n--
 	}
-	return strconv.Quote(name[:cut]) + "… (" + strconv.Itoa(len(name)) + " bytes)"
+	return name[:n], "… (" + strconv.Itoa(len(name)) + " bytes)"
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

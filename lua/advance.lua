@@ -3,7 +3,7 @@
 -- KEYS[1]  fence key  <prefix>{<resource>}:fence  integer counter, never expires
 -- ARGV[1]  the least value the counter may have afterwards, 1..2^53
 --
--- Returns the counter's value afterwards, as a string: ARGV[1] if the counter
+-- Returns the counter's value afterwards, an integer: ARGV[1] if the counter
 -- was below it or absent (it is then set, without a TTL), else the counter
 -- unchanged. The counter never moves back. An error reply if the key holds
 -- something that is not an integer.
@@ -14,8 +14,8 @@ if cur then
     return redis.error_reply('fence counter ' .. KEYS[1] .. ' holds a non-integer: ' .. cur)
   end
   if n >= tonumber(ARGV[1]) then
-    return cur
+    return n
   end
 end
 redis.call('SET', KEYS[1], ARGV[1])
-return ARGV[1]
+return tonumber(ARGV[1])

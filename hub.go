@@ -6,12 +6,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 )
 
-// Waiting for a busy lease.
+// The hub: how the waiters of one Client are woken.
 //
-// A waiter queues itself in Redis (see queue.lua) and sleeps. Release wakes
+// A waiter queues itself in Redis (see lua/queue.lua) and sleeps (waiter.go). Release wakes
 // the first live waiter only, by publishing its owner token on the wake
 // channel of the waiter's Client for that resource, <prefix>{R}:wake:<id>.
 // The waiters of one Client share one subscription connection (one per
@@ -46,25 +45,26 @@ var waiterTimeoutArg any = waiterTimeout.Milliseconds()
 
 // hub multiplexes the wake channels of one Client's waiters.
 type hub struct {
-	rdb     redis.UniversalClient
+	b       backend
 	sharded bool   // Redis Cluster: SSUBSCRIBE, one connection per master
 	id      string // names this Client's wake channels
 
 	mu     sync.Mutex
-	subs   map[string]*subscription // by node address ("" without Cluster)
+	subs   map[string]*subConn // by node address ("" without Cluster)
 	chans  map[string]*wakeChannel
 	closed chan struct{}  // closed by close: waiters stop
 	recv   sync.WaitGroup // the receive goroutines
 }
 
-type subscription struct {
-	ps    *redis.PubSub
+// subConn is one subscription connection and the channels it carries.
+type subConn struct {
+	conn  subscription
 	addr  string // the node's address on Cluster, else ""
 	count int    // channels subscribed through it
 }
 
 type wakeChannel struct {
-	sub     *subscription // nil while not subscribed
+	sub     *subConn      // nil while not subscribed
 	ready   chan struct{} // closed when Redis confirmed the subscription
 	waiters map[string]chan struct{}
 	idle    *time.Timer // runs while no one waits: unsubscribes
@@ -79,16 +79,8 @@ type wakeChannel struct {
 	next   int
 }
 
-// waiter is one Acquire call's registration with the hub for one resource.
-type waiter struct {
-	h       *hub
-	channel string
-	owner   string
-}
-
-func newHub(rdb redis.UniversalClient) *hub {
-	_, sharded := rdb.(*redis.ClusterClient)
-	return &hub{rdb: rdb, sharded: sharded, id: uuid.NewString()[:8], subs: map[string]*subscription{},
+func newHub(b backend) *hub {
+	return &hub{b: b, sharded: b.sharded(), id: uuid.NewString()[:8], subs: map[string]*subConn{},
 		chans: map[string]*wakeChannel{}, closed: make(chan struct{})}
 }
 
@@ -102,7 +94,7 @@ func (h *hub) close() {
 		close(h.closed)
 	}
 	subs := h.subs
-	h.subs = map[string]*subscription{}
+	h.subs = map[string]*subConn{}
 	for _, ch := range h.chans {
 		ch.sub = nil
 		if ch.idle != nil {
@@ -113,54 +105,9 @@ func (h *hub) close() {
 	// Closed without h.mu: go-redis holds a PubSub's lock while it
 	// reconnects, and the hub's waiters must not wait for that.
 	for _, sub := range subs {
-		_ = sub.ps.Close()
+		_ = sub.conn.close()
 	}
 	h.recv.Wait()
-}
-
-// join registers owner as a waiter on channel: a message naming owner is
-// signalled on wake. It does no I/O: messages arrive once the channel is
-// subscribed (see subscribe).
-func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := h.chans[channel]
-	if ch == nil {
-		ch = &wakeChannel{waiters: map[string]chan struct{}{}}
-		h.chans[channel] = ch
-	}
-	if ch.idle != nil {
-		ch.idle.Stop()
-		ch.idle = nil
-	}
-	ch.waiters[owner] = wake
-	for i, m := range ch.missed {
-		if m == owner {
-			ch.missed[i] = ""
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-	return &waiter{h: h, channel: channel, owner: owner}
-}
-
-// leave unregisters the waiter. The channel stays subscribed for linger.
-func (w *waiter) leave() {
-	h := w.h
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := h.chans[w.channel]
-	delete(ch.waiters, w.owner)
-	if len(ch.waiters) > 0 {
-		return
-	}
-	if ch.sub == nil {
-		h.forgetLocked(w.channel, ch)
-		return
-	}
-	ch.idle = time.AfterFunc(linger, func() { h.dropIdle(w.channel, ch) })
 }
 
 // forgetLocked removes a channel that nobody waits on and that has no
@@ -171,114 +118,11 @@ func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
 	}
 }
 
-// subscribed reports whether Redis confirmed the subscription of the
-// waiter's channel, through the node that serves it now. A waiter that finds
-// it is not calls subscribe, which also drops a subscription that stays
-// unconfirmed; and on Cluster it drops one through a node that no longer
-// serves the channel's slot: after a failover, or a migration whose
-// sunsubscribe was lost with its connection, go-redis keeps subscribing
-// through the old node's address, and no message would come.
-func (w *waiter) subscribed() bool {
-	h := w.h
-	var addr string
-	// The slot map is the one the waiter's acquire attempts keep up to date
-	// (they follow MOVED); reading it does no I/O once loaded.
-	if master, err := h.master(context.Background(), w.channel); err == nil && master != nil {
-		addr = master.Options().Addr
-	}
-	h.mu.Lock()
-	ch := h.chans[w.channel]
-	switch {
-	case ch.sub == nil || !isClosed(ch.ready):
-		h.mu.Unlock()
-		return false
-	case addr != "" && ch.sub.addr != addr:
-		h.unsubscribeLocked(w.channel, ch)
-		return false
-	}
-	h.mu.Unlock()
-	return true
-}
-
-// subscribe subscribes the waiter's channel if it is not, and waits up to
-// subscribeWait (or until ctx ends) for Redis to confirm. It reports whether
-// the subscription is confirmed. A failure only costs latency: the waiter's
-// timers still run.
-func (w *waiter) subscribe(ctx context.Context) bool {
-	h := w.h
-	// On Cluster, find the channel's node before taking h.mu: it may have
-	// to load the cluster's slots, and deliveries must not wait for that.
-	var node redis.UniversalClient = h.rdb
-	master, err := h.master(ctx, w.channel)
-	if err != nil {
-		return false
-	}
-	if master != nil {
-		node = master
-	}
-	h.mu.Lock()
-	ch := h.chans[w.channel]
-	if sub := ch.sub; sub != nil { // subscribed, or being subscribed
-		ready := ch.ready
-		h.mu.Unlock()
-		if waitReady(ctx, ready) {
-			return true
-		}
-		if ctx.Err() == nil {
-			h.abandon(w.channel, ch, sub, ready)
-		}
-		return false
-	}
-	if dropping := ch.dropping; dropping != nil {
-		h.mu.Unlock()
-		if !waitReady(ctx, dropping) {
-			return false
-		}
-		return w.subscribe(ctx) // once: dropIdle is done with the channel
-	}
-	select {
-	case <-h.closed:
-		h.mu.Unlock()
-		return false
-	default:
-	}
-	ch.ready = make(chan struct{})
-	ready := ch.ready
-	sub := h.subscriptionLocked(ctx, node)
-	ch.sub = sub
-	sub.count++
-	h.mu.Unlock()
-
-	// Sent outside h.mu: the connection may be slow. go-redis remembers the
-	// channel and subscribes again after a reconnect.
-	if h.sharded {
-		err = sub.ps.SSubscribe(ctx, w.channel)
-	} else {
-		err = sub.ps.Subscribe(ctx, w.channel)
-	}
-	if err == nil && waitReady(ctx, ready) {
-		return true
-	}
-	if err != nil || ctx.Err() == nil {
-		h.abandon(w.channel, ch, sub, ready)
-	}
-	return false
-}
-
-// master returns the Cluster master that serves channel's slot, or nil
-// without Cluster.
-func (h *hub) master(ctx context.Context, channel string) (*redis.Client, error) {
-	if cc, ok := h.rdb.(*redis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, channel)
-	}
-	return nil, nil
-}
-
 // abandon drops a subscription that was not sent, or not confirmed within
 // subscribeWait (the slot may have moved, and the node answered MOVED), so
 // that a later attempt subscribes again instead of waiting for a
 // confirmation that will not come.
-func (h *hub) abandon(channel string, ch *wakeChannel, sub *subscription, ready chan struct{}) {
+func (h *hub) abandon(channel string, ch *wakeChannel, sub *subConn, ready chan struct{}) {
 	h.mu.Lock()
 	if ch.sub != sub || ch.ready != ready || isClosed(ready) { // confirmed, or dropped, meanwhile
 		h.mu.Unlock()
@@ -308,52 +152,40 @@ func waitReady(ctx context.Context, ready chan struct{}) bool {
 	return false
 }
 
-// subscriptionLocked returns the subscription connection to conn (the
-// Client's Redis, or on Cluster the channel's master), opening it if needed.
-func (h *hub) subscriptionLocked(ctx context.Context, conn redis.UniversalClient) *subscription {
-	addr := "" // one connection without Cluster
-	if master, ok := conn.(*redis.Client); ok && h.sharded {
-		addr = master.Options().Addr
-	}
-	if sub := h.subs[addr]; sub != nil {
+// subscriptionLocked returns the subscription connection to n (on Cluster,
+// the channel's master; else the Client's Redis), opening it if needed.
+func (h *hub) subscriptionLocked(ctx context.Context, n node) *subConn {
+	if sub := h.subs[n.addr]; sub != nil {
 		return sub
 	}
-	var ps *redis.PubSub
-	if h.sharded {
-		ps = conn.SSubscribe(ctx)
-	} else {
-		ps = conn.Subscribe(ctx)
-	}
-	sub := &subscription{ps: ps, addr: addr}
-	h.subs[addr] = sub
-	msgs := ps.ChannelWithSubscriptions()
+	sub := &subConn{conn: h.b.subscribe(ctx, n), addr: n.addr}
+	h.subs[n.addr] = sub
 	h.recv.Add(1)
-	go h.receive(sub, msgs)
+	go h.receive(sub)
 	return sub
 }
 
 // receive delivers the messages of one subscription connection until it is
 // closed.
-func (h *hub) receive(sub *subscription, msgs <-chan any) {
+func (h *hub) receive(sub *subConn) {
 	defer h.recv.Done()
-	for m := range msgs {
-		switch m := m.(type) {
-		case *redis.Message:
-			h.deliver(m.Channel, m.Payload)
-		case *redis.Subscription:
-			unsubscribe, last := h.confirm(sub, m)
-			if unsubscribe {
-				// Make go-redis forget the channel too, or it would subscribe
-				// it again on this node after a reconnect.
-				ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
-				_ = sub.ps.SUnsubscribe(ctx, m.Channel) // the node answers MOVED
-				cancel()
-			}
-			if last {
-				_ = sub.ps.Close() // this loop then ends
-			}
+	sub.conn.receive(func(m subMessage) {
+		if m.kind == subMessageKind {
+			h.deliver(m.channel, m.payload)
+			return
 		}
-	}
+		unsubscribe, last := h.confirm(sub, m)
+		if unsubscribe {
+			// Make the client forget the channel too, or it would subscribe
+			// it again on this node after a reconnect.
+			ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
+			_ = sub.conn.remove(ctx, m.channel) // the node answers MOVED
+			cancel()
+		}
+		if last {
+			_ = sub.conn.close() // receive then returns
+		}
+	})
 }
 
 func (h *hub) deliver(channel, owner string) {
@@ -375,27 +207,23 @@ func (h *hub) deliver(channel, owner string) {
 	}
 }
 
-// confirm records a subscription message. It reports whether it was an
-// unasked unsubscribe from a connection that stays open (which go-redis must
-// then be told of), or one that left the connection without channels (which
-// must then be closed).
-func (h *hub) confirm(sub *subscription, m *redis.Subscription) (unsubscribe, last bool) {
+// confirm records a subscription change. It reports whether it was an
+// unasked unsubscribe from a connection that stays open (which the client
+// must then be told of), or one that left the connection without channels
+// (which must then be closed).
+func (h *hub) confirm(sub *subConn, m subMessage) (unsubscribe, last bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch := h.chans[m.Channel]
+	ch := h.chans[m.channel]
 	if ch == nil {
 		return false, false // not ours
 	}
-	switch m.Kind {
-	case "subscribe", "ssubscribe":
-		if ch.sub == sub {
-			select {
-			case <-ch.ready:
-			default:
-				close(ch.ready)
-			}
+	switch m.kind {
+	case subConfirmed:
+		if ch.sub == sub && !isClosed(ch.ready) {
+			close(ch.ready)
 		}
-	case "unsubscribe", "sunsubscribe":
+	case subDropped:
 		// The answer to the hub's own unsubscribe arrives while the
 		// channel has no subscription or, if a waiter subscribed it again
 		// since, before that subscribe is confirmed: Redis answers one
@@ -404,10 +232,10 @@ func (h *hub) confirm(sub *subscription, m *redis.Subscription) (unsubscribe, la
 		// for a slot migration (and if it was a late answer after all, the
 		// cost is one more subscribe): waiters fall back on their timers
 		// and subscribe again through the new owner.
-		if m.Kind == "sunsubscribe" && ch.sub == sub && isClosed(ch.ready) {
+		if ch.sub == sub && isClosed(ch.ready) {
 			ch.sub = nil
 			last := h.releaseLocked(sub)
-			h.forgetLocked(m.Channel, ch)
+			h.forgetLocked(m.channel, ch)
 			return !last, last
 		}
 	}
@@ -433,7 +261,7 @@ func (h *hub) unsubscribeLocked(channel string, ch *wakeChannel) {
 	if h.releaseLocked(sub) {
 		h.forgetLocked(channel, ch)
 		h.mu.Unlock()
-		_ = sub.ps.Close()
+		_ = sub.conn.close()
 		return
 	}
 	dropping := make(chan struct{})
@@ -442,11 +270,7 @@ func (h *hub) unsubscribeLocked(channel string, ch *wakeChannel) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
-	if h.sharded {
-		_ = sub.ps.SUnsubscribe(ctx, channel)
-	} else {
-		_ = sub.ps.Unsubscribe(ctx, channel)
-	}
+	_ = sub.conn.remove(ctx, channel)
 	h.mu.Lock()
 	ch.dropping = nil
 	close(dropping)
@@ -457,14 +281,14 @@ func (h *hub) unsubscribeLocked(channel string, ch *wakeChannel) {
 // releaseLocked drops one channel from sub and reports whether it was the
 // last; then sub is forgotten, and the caller closes its connection (which
 // ends its goroutine) once it has let go of h.mu.
-func (h *hub) releaseLocked(sub *subscription) bool {
+func (h *hub) releaseLocked(sub *subConn) bool {
 	sub.count--
 	if sub.count > 0 {
 		return false
 	}
-	for node, s := range h.subs {
+	for addr, s := range h.subs {
 		if s == sub {
-			delete(h.subs, node)
+			delete(h.subs, addr)
 		}
 	}
 	return true
@@ -485,6 +309,3 @@ func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) 
 	}
 	return nil
 }
-
-// shardedArg tells the scripts which publish command the waiters listen to.
-func (h *hub) shardedArg() any { return flag(h.sharded) }

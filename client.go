@@ -1,0 +1,310 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlease/redlease/internal/shared"
+)
+
+// Client takes leases on one Redis deployment. It is safe for concurrent use;
+// create one per Redis deployment and share it. Its zero value is not usable;
+// call New.
+type Client struct {
+	b           backend
+	cfg         config  // the defaults as given to New
+	defaults    *config // cfg validated, shared by leases taken without options
+	defaultsErr error   // why cfg is not valid; an acquire's options may fix it
+	err         error   // set by New for a nil client; returned by every call
+	wd          watchdog
+	hub         *hub
+
+	mu      sync.Mutex
+	leases  map[*Lease]struct{} // the leases Redis may hold, for Close
+	closed  atomic.Bool         // set under mu; read without it by acquire calls
+	closeMu sync.Mutex          // serialises Close calls
+
+	// The give-up releases and the abandoned requests (see
+	// Client.background and Client.spawn): Close waits for them.
+	bg       sync.WaitGroup
+	bgClosed bool // under mu: Close is waiting for bg, or has
+}
+
+// New returns a Client that takes leases through rdb, which may be a plain
+// client (redis.NewClient), a Sentinel failover client
+// (redis.NewFailoverClient) or a cluster client (redis.NewClusterClient).
+// opts are the defaults of every lease; options given to an acquire call
+// override them for that lease. New does no I/O; invalid options are reported
+// by the first acquire call. A nil rdb makes every call return
+// ErrInvalidArgument.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
+	c.cfg.apply(opts)
+	defaults := c.cfg
+	if c.defaultsErr = defaults.validate(); c.defaultsErr == nil {
+		c.defaults = &defaults
+	}
+	if shared.IsNil(rdb) {
+		c.err = invalidf("nil Redis client")
+		return c
+	}
+	c.b = newGoRedis(rdb)
+	c.wd.b = c.b
+	c.hub = newHub(c.b)
+	return c
+}
+
+// Close releases every lease of the Client that Redis may still hold (the
+// active ones, and those whose context ended at the local deadline less than
+// a TTL ago), as Release does but in pipelines; it ends the Client's
+// background goroutines (the watchdog, the wake-up subscriptions, the
+// releases of acquire calls that gave up) and waits for them. Acquire calls
+// still waiting return ErrClientClosed, and so does every call after Close.
+// It returns the errors of the releases, joined (the first ten, and how many
+// more). Close does not close the Redis client.
+//
+// Like Release, Close ignores the cancellation of ctx (a shutdown's context
+// is often canceled by then, and the leases are still worth releasing) but
+// keeps its deadline: the releases are bounded by it and by the leases'
+// release timeout. A deadline bounds a request that is already on the
+// network only if the go-redis client was created with
+// ContextTimeoutEnabled; otherwise its ReadTimeout and WriteTimeout do.
+//
+// Concurrent Close calls run one after the other; a lease that a Release of
+// the caller's is releasing at that moment is left to it. A lease whose
+// release got no answer (Close's error says which) may be released again
+// with Release; Close does not try twice.
+func (c *Client) Close(ctx context.Context) error {
+	if c == nil || c.err != nil {
+		return nil
+	}
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	c.mu.Lock()
+	c.closed.Store(true)
+	leases := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for from := 0; from < len(leases); from += maxBatch {
+		errs = append(errs, c.releaseBatch(ctx, leases[from:min(from+maxBatch, len(leases))])...)
+	}
+	c.mu.Lock()
+	c.bgClosed = true // no more bg.Add: Wait may not race with one
+	c.mu.Unlock()
+	c.waitBackground(ctx)
+	c.hub.close()
+	c.wd.goroutines.Wait()
+	const most = 10
+	if len(errs) > most {
+		errs = append(errs[:most], errorf("%d more leases not released", len(errs)-most))
+	}
+	return errors.Join(errs...)
+}
+
+// releaseBatch releases leases as Release does, in one pipeline, bounded by
+// the longest release timeout among them and by ctx's deadline.
+func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
+	var (
+		start   = time.Now()
+		locked  []*Lease
+		send    []*Lease
+		timeout time.Duration
+		errs    []error
+		events  []pending
+	)
+	for _, l := range leases {
+		if !l.relMu.TryLock() { // a Release of the caller's is on its way
+			continue
+		}
+		locked = append(locked, l)
+		switch {
+		case l.relDone: // a Release of the caller's came first
+		case !l.beginRelease():
+			events = append(events, l.releaseEvent(start, l.relErr))
+			errs = append(errs, l.relErr)
+		default:
+			send = append(send, l)
+			timeout = max(timeout, l.cfg.releaseTimeout)
+		}
+	}
+	if len(send) > 0 {
+		rctx, cancel := context.WithTimeout(detach(ctx), timeout)
+		if deadline, ok := ctx.Deadline(); ok {
+			var cancelAt context.CancelFunc
+			rctx, cancelAt = context.WithDeadline(rctx, deadline)
+			defer cancelAt()
+		}
+		calls := func(i int) call { return releaseCall(&send[i].keys, &send[i].owner, &noMember, c.b.sharded()) }
+		for i, r := range c.b.evalAll(rctx, releaseScript, len(send), calls) {
+			ev, err := send[i].endRelease(start, r.n == 1, r.err)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			events = append(events, ev)
+		}
+		cancel()
+	}
+	for _, l := range locked {
+		l.relMu.Unlock()
+	}
+	for i := range events { // after the locks: an observer may call the lease
+		events[i].emit(ctx)
+	}
+	return errs
+}
+
+// trackAll adds the leases of one acquire call to the set that Close
+// releases, all or none: none once Close has begun, under the same lock as
+// Close's list, so that a lease is either released by Close or never handed
+// out.
+func (c *Client) trackAll(leases []*Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	for _, l := range leases {
+		c.leases[l] = struct{}{}
+	}
+	return true
+}
+
+// untrack removes a lease that Close need not release: released, lost, or
+// past the time Redis could still hold it.
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, l)
+}
+
+// background runs f on a goroutine of the Client's, for the releases of
+// acquire calls that gave up: the call returns without waiting for them.
+// f's context has ctx's values and ends after timeout; f is best effort, and
+// a lease's TTL cleans up after it. Once Close has begun to wait for such
+// goroutines, f runs on the caller's instead (an acquire that raced with
+// Close).
+func (c *Client) background(ctx context.Context, timeout time.Duration, f func(ctx context.Context)) {
+	run := func() {
+		rctx, cancel := context.WithTimeout(detach(ctx), timeout)
+		defer cancel()
+		f(rctx)
+	}
+	if !c.spawn(run) {
+		run()
+	}
+}
+
+// spawn runs f on a goroutine that Close waits for. It reports false, and
+// does not run f, once Close has begun to wait for them.
+func (c *Client) spawn(f func()) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bgClosed {
+		return false
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		f()
+	}()
+	return true
+}
+
+// waitBackground waits for the goroutines of spawn, or until ctx's deadline
+// (not its cancellation: see Close). Those still running then end by
+// themselves, once their requests return.
+func (c *Client) waitBackground(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		c.bg.Wait()
+		close(done)
+	}()
+	var deadline <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(d))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case <-done:
+	case <-deadline:
+	}
+}
+
+// leaseConfig merges the Client's defaults with opts and validates them and
+// the resource names. Without opts, leases share the Client's validated
+// defaults instead of each carrying a copy.
+func (c *Client) leaseConfig(resources []string, opts []Option) (*config, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	if len(resources) == 0 {
+		return nil, invalidf("no resource")
+	}
+	for i, r := range resources {
+		if err := validResource(r); err != nil {
+			return nil, err
+		}
+		if slices.Contains(resources[:i], r) {
+			return nil, invalidf("resource %s named twice", quote(r))
+		}
+	}
+	cfg := c.defaults
+	if len(opts) > 0 || c.defaultsErr != nil {
+		merged := c.cfg
+		merged.apply(opts)
+		if err := merged.validate(); err != nil {
+			return nil, errorf("%s: %w", quote(resources[0]), err)
+		}
+		cfg = &merged
+	}
+	if cfg.fair && len(resources) > 1 {
+		return nil, invalidf("WithFair does not apply to several resources at once")
+	}
+	return cfg, nil
+}
+
+// usable returns the error of every call on c, if there is one: a nil
+// Client, a nil Redis client, or Close.
+func (c *Client) usable() error {
+	switch {
+	case c == nil:
+		return invalidf("nil Client")
+	case c.err != nil:
+		return c.err
+	case c.closed.Load():
+		return ErrClientClosed
+	}
+	return nil
+}
+
+// validResource refuses a resource name whose keys cannot share a Cluster
+// hash slot (see keys.go).
+func validResource(r string) error {
+	switch {
+	case r == "":
+		return invalidf("empty resource name")
+	case r[0] == '}':
+		// <prefix>{}...: an empty hash tag, so that on Redis Cluster the
+		// resource's keys would fall in different slots.
+		return invalidf("resource name %s begins with '}'", quote(r))
+	}
+	return nil
+}
+
+// release runs the release script for owner: compare-and-delete, leave the
+// queue if member may be waiting there (&noMember if not), wake the next
+// waiter.
+func (c *Client) release(ctx context.Context, k *resourceKeys, owner, member *string) (bool, error) {
+	r := c.b.eval(ctx, releaseScript, releaseCall(k, owner, member, c.b.sharded()))
+	return r.n == 1, r.err
+}

@@ -1,0 +1,241 @@
+package redlease
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// One attempt of an acquire call: send the acquire script (send), read its
+// reply (decode), and turn the fences it drew into leases (grant).
+
+// attempt runs the acquire script once and grants the leases it took.
+func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
+	sent := time.Now() // the leases' deadlines count from here (S3)
+	r, acked := a.send(ctx)
+	if a.wait && (r.err == nil || a.classify(r.err) != notSent) {
+		a.queued = true // the script ran, or may have
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	fences, err := a.decode(r)
+	if err != nil {
+		return nil, err
+	}
+	if a.cfg.replicas > 0 && acked < int64(a.cfg.replicas) {
+		a.undo(ctx)
+		return nil, errorf("%w: %w: %s: %d of %d replicas acknowledged within %v",
+			ErrNotAcquired, ErrNotReplicated, quote(a.resources[0]), acked, a.cfg.replicas, a.cfg.replicaTimeout)
+	}
+	return a.grant(ctx, sent, fences)
+}
+
+// call is the attempt's script call.
+func (a *acquisition) call() (*script, call) {
+	timeout := any(0)
+	if a.wait {
+		timeout = waiterTimeoutArg
+	}
+	if len(a.resources) == 1 {
+		return acquireScript, acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued)
+	}
+	return acquireAllScript, acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.queued)
+}
+
+// run sends the attempt's script s with c, with WAIT when WithReplicaAck
+// asks.
+func (a *acquisition) run(ctx context.Context, s *script, c call) (reply, int64) {
+	if a.cfg.replicas > 0 {
+		return a.c.b.evalAcked(ctx, s, c, a.cfg.replicas, a.cfg.replicaTimeout)
+	}
+	return a.c.b.eval(ctx, s, c), 0
+}
+
+// send runs the attempt, by ctx's deadline. A client that bounds requests by
+// their context does that itself. Otherwise (go-redis without
+// ContextTimeoutEnabled) a silent Redis could hold the request for the
+// client's own timeouts, so the request goes on a goroutine of the
+// Client's and send returns at the deadline: the request is then of unknown
+// outcome, and whatever it did is undone by a release once it returns.
+func (a *acquisition) send(ctx context.Context) (reply, int64) {
+	s, c := a.call() // here: the goroutine below must not read a
+	if _, ok := ctx.Deadline(); !ok || a.c.b.bounded() {
+		return a.run(ctx, s, c)
+	}
+	var (
+		mu        sync.Mutex
+		r         reply
+		acked     int64
+		done      = make(chan struct{})
+		abandoned bool
+	)
+	started := a.c.spawn(func() {
+		rr, n := a.run(ctx, s, c)
+		mu.Lock()
+		r, acked = rr, n
+		late := abandoned
+		mu.Unlock()
+		close(done)
+		if late && a.classify(rr.err) != notSent {
+			lctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
+			a.leave(lctx)
+			cancel()
+		}
+	})
+	if !started { // Close is under way: no goroutine of the Client's may start
+		return a.run(ctx, s, c)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-done: // the reply won the race after all
+		default:
+			abandoned = true
+			return reply{err: context.Cause(ctx)}, 0
+		}
+	}
+	return r, acked
+}
+
+// decode reads an acquire script's reply (see lua/acquire.lua and
+// lua/acquire_all.lua): the fences of the new leases, or a *BusyError.
+func (a *acquisition) decode(r reply) ([]int64, error) {
+	if r.vals == nil {
+		v := r.n
+		switch {
+		case v > 0:
+			a.fence[0] = v
+			return a.fence[:], nil
+		case v < -1:
+			x := -v
+			return nil, a.busy(0, x/2-2, x&1 == 1)
+		}
+		return nil, errorf("acquire script replied %d", v)
+	}
+	res := make([]int64, len(r.vals))
+	for i, v := range r.vals {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, errorf("acquire script replied %v", r.vals)
+		}
+		res[i] = n
+	}
+	switch {
+	case len(res) == len(a.resources)+1 && res[0] == 1:
+		return res[1:], nil
+	case len(res) == 4 && res[0] == 0 && res[3] >= 1 && int(res[3]) <= len(a.resources):
+		return nil, a.busy(int(res[3])-1, res[1], res[2] == 1)
+	}
+	return nil, errorf("acquire script replied %v", res)
+}
+
+// busy is the error for resource i, held by another owner whose lease has
+// pttl ms left (-1: no TTL).
+func (a *acquisition) busy(i int, pttl int64, first bool) *BusyError {
+	busy := &BusyError{Resource: a.resources[i], Remaining: time.Duration(pttl) * time.Millisecond, first: first, index: i}
+	if pttl < 0 {
+		busy.Remaining = -1
+	}
+	return busy
+}
+
+// grant turns the fences that one attempt drew, its request sent at sent,
+// into leases handed out. The order of its steps is what Close, the
+// deadline timers and the observers rely on:
+//
+//  1. Complete: every lease gets its local deadline, counted from sent, and
+//     its fence (one from WithFenceSource is drawn now, and recorded in
+//     Redis while the lease is still ours) before anyone else can see it.
+//     A lease whose deadline passed before the reply arrived is never
+//     handed out (S3).
+//  2. Track: the Client records the leases, all or none, so that Close
+//     either releases them or they are never handed out.
+//  3. Schedule: the watchdog may renew them from here on.
+//  4. Hand out: only if none has ended meanwhile (Close, or the deadline
+//     during a slow fence source); from here on the observers hear of
+//     their end.
+//
+// A step that fails gives every lease back (giveBack): it ends them without
+// an event and releases them by owner in Redis.
+func (a *acquisition) grant(ctx context.Context, sent time.Time, fences []int64) ([]*Lease, error) {
+	leases := a.lease[:]
+	if len(a.resources) > 1 {
+		leases = make([]*Lease, len(a.resources))
+	}
+	for i, r := range a.resources {
+		leases[i] = a.c.newLease(ctx, a.cfg, r, &a.names[i], a.owner, fences[i])
+	}
+	for _, l := range leases { // 1
+		if !l.start(sent) {
+			return nil, a.giveBack(ctx, leases, errorf("%w: %s: the reply arrived after the lease's local deadline", ErrNotAcquired, quote(l.resource)))
+		}
+	}
+	if a.cfg.fences != nil {
+		if err := a.drawFences(ctx, leases); err != nil {
+			return nil, a.giveBack(ctx, leases, err)
+		}
+	}
+	if !a.c.trackAll(leases) { // 2: Close began while the request was on its way
+		return nil, a.giveBack(ctx, leases, notAcquired(a.resources[0], ErrClientClosed))
+	}
+	for _, l := range leases { // 3
+		if next := sent.Add(l.interval); a.cfg.autoRenew && l.renewsUntil(next) {
+			a.c.wd.schedule(l, next)
+		}
+	}
+	for i, l := range leases { // 4
+		if err := l.handOut(); err != nil {
+			if a.c.closed.Load() {
+				err = ErrClientClosed
+			}
+			for _, l := range leases[:i] {
+				l.takeBack()
+			}
+			return nil, a.giveBack(ctx, leases, notAcquired(l.resource, err))
+		}
+	}
+	return leases, nil
+}
+
+// giveBack ends leases that the acquire call will not hand out, releases
+// them in Redis by owner token (see undo), and returns err.
+func (a *acquisition) giveBack(ctx context.Context, leases []*Lease, err error) error {
+	for _, l := range leases {
+		l.discard(err)
+	}
+	a.undo(ctx)
+	return err
+}
+
+// drawFences gives each new lease a fence from the configured source, and
+// records it in the lease in Redis while the lease is still ours; that also
+// renews the lease, whose local deadline moves on as a renewal's would.
+func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
+	for _, l := range leases {
+		fence, err := a.cfg.fences.NextFence(ctx, l.resource)
+		if err == nil && fence <= 0 {
+			err = errorf("fence source returned %d", fence)
+		}
+		sent := time.Now()
+		if err == nil {
+			r := a.c.b.eval(ctx, confirmScript, confirmCall(&l.keys, &l.owner, fence, l.cfg.ttlArg))
+			if err = r.err; err == nil && r.n != 1 {
+				err = ErrLeaseLost
+			}
+		}
+		if err != nil {
+			return errorf("%w: %s: drawing its fence: %w", ErrNotAcquired, quote(l.resource), err)
+		}
+		l.mu.Lock() // the deadline timer's observers read the fence
+		l.fence = fence
+		if l.state == stateActive {
+			l.extendLocked(sent)
+		}
+		l.mu.Unlock()
+	}
+	return nil
+}

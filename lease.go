@@ -1,0 +1,231 @@
+package redlease
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Lease is a lease held on one resource. Its methods are safe for concurrent
+// use. A Lease must not be copied.
+type Lease struct {
+	c        *Client
+	cfg      *config // shared; never modified
+	resource string
+	keys     resourceKeys
+	owner    string
+	fence    int64 // set before the lease is handed out; then read-only
+	lifetime time.Duration
+	interval time.Duration
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+
+	// The lease's state (lifecycle.go).
+	mu        sync.Mutex
+	state     leaseState
+	acquired  time.Time // send time of the acquire request
+	deadline  time.Time // local deadline, with a monotonic reading
+	holdUntil time.Time // WithMaxHold's limit; zero if none
+	timer     *time.Timer
+	out       bool // handed out by its acquire call; only then are observers told of it
+
+	// Guarded by c.wd.mu (watchdog.go).
+	renewAt time.Time
+	index   int  // in the watchdog's queue; -1 when not queued
+	ended   bool // never queue again
+
+	// Release's own state, under relMu.
+	relMu    sync.Mutex // serialises Release
+	relBegun bool       // Release was called
+	quiet    bool       // not handed out when Release began: no event
+	overran  bool       // the lease had ended before the first Release call
+	relDone  bool       // a Release reached a verdict
+	relErr   error      // that verdict
+}
+
+// Resource returns the resource name the lease was taken on.
+func (l *Lease) Resource() string {
+	if l == nil {
+		return ""
+	}
+	return l.resource
+}
+
+// Owner returns the lease's ownership token: a random UUID (v4), unique to
+// this acquisition. Renew and release act only while Redis stores this token.
+func (l *Lease) Owner() string {
+	if l == nil {
+		return ""
+	}
+	return l.owner
+}
+
+// Fence returns the lease's fencing token, > 0. On one Redis that neither
+// fails over nor restarts without persistence, each new holder of a resource
+// gets a larger fence than every earlier holder. Pass it with every write to
+// the protected resource and let the resource reject a fence older than the
+// newest it accepted (package fencing): that, not the lease, is what stops a
+// holder that paused past its TTL.
+func (l *Lease) Fence() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
+
+// Context returns a context that is done once the lease is lost, is about to
+// lapse without a confirmed renewal, reached its maximum hold, or was
+// released. context.Cause tells which: ErrLeaseLost (wrapped with the reason)
+// or ErrReleased. It carries the values of the acquire call's context. Do the
+// protected work under this context, and check it between steps that cannot
+// be undone.
+func (l *Lease) Context() context.Context {
+	if l == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(invalidf("nil Lease"))
+		return ctx
+	}
+	return l.ctx
+}
+
+// Deadline returns the local deadline of the lease: the monotonic-clock
+// moment at which its context ends unless a renewal is confirmed first. It is
+// the send time of the last confirmed acquire or renew plus the local lifetime
+// (TTL less the drift allowance and the safety margin).
+func (l *Lease) Deadline() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Refresh renews the lease to its full TTL, only while Redis still stores our
+// owner token (compare-and-renew). On success the local deadline moves to the
+// send time of this request plus the local lifetime. If the lease is no longer
+// ours, Refresh returns an error matching ErrLeaseLost and ends the lease
+// context. If the lease has already ended it returns that end's error without
+// a round trip: a lost lease is never renewed. A request error (matching
+// ErrOutcomeUnknown when the request may have been executed) leaves the lease
+// as it was; the local deadline still applies.
+func (l *Lease) Refresh(ctx context.Context) error {
+	if l == nil {
+		return invalidf("nil Lease")
+	}
+	sent := time.Now() // before the check, as in the watchdog (S4)
+	if err := l.activeErr(); err != nil {
+		return err
+	}
+	r := l.c.b.eval(ctx, refreshScript, refreshCall(&l.keys, &l.owner, l.cfg.ttlArg))
+	events, err := l.renewed(sent, r.n == 1, r.err)
+	for _, p := range events {
+		p.emit(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	// The watchdog may have given up on the lease (its renewals failed until
+	// the deadline was near): it renews again from here.
+	if next := sent.Add(l.interval); l.cfg.autoRenew && l.renewsUntil(next) {
+		l.c.wd.schedule(l, next)
+	}
+	return nil
+}
+
+// Release ends the lease: it ends the lease context with cause ErrReleased,
+// stops the watchdog, and deletes the lease in Redis only if it is still ours
+// (compare-and-delete). It never touches the fence counter.
+//
+// Release ignores the cancellation of ctx (it is often the lease's own
+// context, ended by the time a deferred Release runs) but keeps its values,
+// and is bounded by the release timeout instead.
+//
+// It returns nil if it deleted our lease, and an error matching ErrLeaseLost
+// if the lease had expired or belonged to another owner by then: a sign that
+// the TTL is too short for the work. A request error is returned as is (matching
+// ErrOutcomeUnknown when the delete may have happened); the lease may still
+// exist until its TTL, and Release may be called again to retry. A retry
+// that finds an earlier attempt's delete done returns nil: Redis keeps the
+// deleted lease under <prefix>{R}:released for the time it had left, until
+// the next holder's release replaces it. A retry later than that returns
+// ErrLeaseLost.
+//
+// Once a Release has reached a verdict (nil or ErrLeaseLost), later calls
+// return the same verdict without a round trip, so an explicit Release and a
+// deferred one can both be written.
+func (l *Lease) Release(ctx context.Context) error {
+	if l == nil {
+		return invalidf("nil Lease")
+	}
+	ev, err := l.release(ctx)
+	ev.emit(ctx) // after relMu: an observer may call the lease
+	return err
+}
+
+// release is Release, holding relMu; it returns the event to emit.
+func (l *Lease) release(ctx context.Context) (pending, error) {
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	if l.relDone {
+		return pending{}, l.relErr
+	}
+	var start time.Time // for the observers only
+	if len(l.cfg.observers) > 0 {
+		start = time.Now()
+	}
+	if !l.beginRelease() {
+		return l.releaseEvent(start, l.relErr), l.relErr
+	}
+	rctx, cancel := context.WithTimeout(detach(ctx), l.cfg.releaseTimeout)
+	defer cancel()
+	// The acquire script took the owner out of the queue when it granted the
+	// lease: a holder is never queued.
+	deleted, err := l.c.release(rctx, &l.keys, &l.owner, &noMember)
+	return l.endRelease(start, deleted, err)
+}
+
+// beginRelease ends the lease locally for a Release (l.relMu held). It
+// reports whether Redis is still to be asked; if not, relErr is the verdict.
+func (l *Lease) beginRelease() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.relBegun {
+		l.relBegun, l.overran, l.quiet = true, l.state != stateActive, !l.out
+	}
+	switch l.state {
+	case stateLost: // Redis already said it is not ours
+		l.relDone, l.relErr = true, l.errorLocked()
+		return false
+	case stateLapsed: // Close need not release it any more
+		l.untrackLocked()
+	}
+	l.endLocked(stateReleased, ErrReleased) // no event: Release reports
+	return true
+}
+
+// endRelease records the outcome of a release request (l.relMu held) and
+// returns the event that reports it.
+func (l *Lease) endRelease(start time.Time, deleted bool, err error) (pending, error) {
+	if err != nil {
+		err = requestError("release", l.resource, l.c.b.classify(err), err)
+	} else {
+		l.relDone = true
+		if !deleted {
+			l.relErr = errorf("%w: %s had expired or was taken by another owner before release", ErrLeaseLost, quote(l.resource))
+		}
+		err = l.relErr
+	}
+	return l.releaseEvent(start, err), err
+}
+
+// releaseEvent is the EventRelease of a Release that ended with err.
+func (l *Lease) releaseEvent(start time.Time, err error) pending {
+	if len(l.cfg.observers) == 0 || l.quiet {
+		return pending{}
+	}
+	now := time.Now()
+	return pending{cfg: l.cfg, e: Event{Kind: EventRelease, Outcome: outcomeOf(err), Resource: l.resource,
+		Owner: l.owner, Fence: l.fence, Start: start, End: now, Held: now.Sub(l.acquired),
+		Overran: l.overran, Err: err}}
+}

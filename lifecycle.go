@@ -1,0 +1,259 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The life of a lease, under its mu:
+//
+//	active ──▶ lost      Redis said it is not ours (a renewal was refused)
+//	       ──▶ lapsed    no renewal confirmed before the local deadline, or max hold
+//	       ──▶ released  Release was called
+//	       ──▶ discarded never handed out: its acquire call gave it back
+//
+// The local deadline is the send time of the last confirmed acquire or renew
+// plus the lease's local lifetime; a timer per lease ends the context then,
+// whether or not a renewal is stuck on the network (S3). Each transition
+// ends the lease context once, with the cause, and takes the lease out of
+// the watchdog's queue. Events are returned as pending and emitted by the
+// caller once it has let go of the lease's locks, so that an observer may
+// call the lease and the Client.
+//
+// Lock order: a lease's relMu, then its mu, then the watchdog's mu or the
+// Client's mu.
+
+type leaseState uint8
+
+const (
+	stateActive leaseState = iota
+	stateLost
+	stateLapsed
+	stateReleased
+	stateDiscarded
+)
+
+// newLease returns an active lease whose acquire request was just answered.
+// Nobody else sees it until its acquire call has granted it (see
+// acquisition.grant).
+func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys *resourceKeys, owner string, fence int64) *Lease {
+	l := &Lease{
+		c:        c,
+		cfg:      cfg,
+		resource: resource,
+		keys:     *keys,
+		owner:    owner,
+		fence:    fence,
+		lifetime: cfg.lifetime(),
+		interval: cfg.interval(),
+		index:    -1,
+	}
+	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
+	return l
+}
+
+// detach returns a context with the values of ctx but not its cancellation.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil { // never canceled: nothing to detach from
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}
+
+// start sets the first local deadline from the send time of the acquire
+// request. It reports false if that deadline has already passed.
+func (l *Lease) start(sent time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.acquired = sent
+	if l.cfg.maxHold > 0 {
+		l.holdUntil = sent.Add(l.cfg.maxHold)
+	}
+	l.deadline = l.capLocked(sent.Add(l.lifetime))
+	left := time.Until(l.deadline)
+	if left <= 0 {
+		return false
+	}
+	l.timer = time.AfterFunc(left, l.onDeadline)
+	return true
+}
+
+// onDeadline runs when the local deadline timer fires, and once more a TTL
+// after the lease lapsed.
+func (l *Lease) onDeadline() {
+	l.mu.Lock()
+	var lost pending
+	switch l.state {
+	case stateActive:
+		if left := time.Until(l.deadline); left > 0 { // extended while this call waited for mu
+			l.timer.Reset(left)
+			break
+		}
+		lost = l.endLocked(stateLapsed, l.lapseCause())
+	case stateLapsed:
+		// Every renewal was sent before the lapse, so Redis has let the
+		// lease expire by now: there is nothing left for Close to release.
+		l.c.untrack(l)
+	}
+	l.mu.Unlock()
+	lost.emit(nil)
+}
+
+// capLocked limits a deadline to the maximum hold.
+func (l *Lease) capLocked(d time.Time) time.Time {
+	if !l.holdUntil.IsZero() && d.After(l.holdUntil) {
+		return l.holdUntil
+	}
+	return d
+}
+
+// renewsUntil reports whether the watchdog should renew the lease at at: not
+// at or after its maximum hold.
+func (l *Lease) renewsUntil(at time.Time) bool {
+	return l.holdUntil.IsZero() || at.Before(l.holdUntil)
+}
+
+func (l *Lease) lapseCause() error {
+	if !l.holdUntil.IsZero() && !l.deadline.Before(l.holdUntil) {
+		return errorf("%w: %s held for %v", ErrMaxHold, quote(l.resource), l.cfg.maxHold)
+	}
+	return errorf("%w: %s: no renewal confirmed before the local deadline", ErrLeaseLost, quote(l.resource))
+}
+
+// endLocked moves an active lease to its final state s and ends its
+// context with cause. It returns the EventLost to emit, if s is a loss of a
+// lease that was handed out.
+func (l *Lease) endLocked(s leaseState, cause error) pending {
+	if l.state != stateActive {
+		return pending{}
+	}
+	l.state = s
+	l.cancel(cause)
+	l.c.wd.unschedule(l)
+	if s == stateLapsed && l.timer != nil {
+		// Ended locally, but Redis may hold the lease for up to a TTL more:
+		// until then Close still releases it, so that a process that shuts
+		// down does not leave the resource blocked.
+		l.timer.Reset(l.cfg.ttl)
+	} else {
+		l.untrackLocked()
+	}
+	if (s != stateLost && s != stateLapsed) || !l.out || len(l.cfg.observers) == 0 {
+		return pending{}
+	}
+	now := time.Now()
+	outcome := OutcomeLost
+	if s == stateLapsed {
+		outcome = OutcomeExpired
+		if errors.Is(cause, ErrMaxHold) {
+			outcome = OutcomeMaxHold
+		}
+	}
+	return pending{cfg: l.cfg, ctx: l.ctx, e: Event{Kind: EventLost, Outcome: outcome, Resource: l.resource,
+		Owner: l.owner, Fence: l.fence, Start: now, End: now, Held: now.Sub(l.acquired), Err: cause}}
+}
+
+// untrackLocked stops the lease's timer and takes it out of the set that
+// Close releases: nothing of it is left for Close to do.
+func (l *Lease) untrackLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.c.untrack(l)
+}
+
+// extendLocked moves the local deadline to a renewal's send time plus the
+// local lifetime, if that is later.
+func (l *Lease) extendLocked(sent time.Time) {
+	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
+		l.deadline = d
+		l.timer.Reset(time.Until(d)) // fires at once if d already passed
+	}
+}
+
+// errorLocked is the error of an operation on a lease that has ended.
+func (l *Lease) errorLocked() error {
+	if l.state == stateReleased {
+		return errorf("%s: %w", quote(l.resource), ErrReleased)
+	}
+	return context.Cause(l.ctx)
+}
+
+// activeErr returns nil for an active lease, else the error of an
+// operation on it.
+func (l *Lease) activeErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateActive {
+		return l.errorLocked()
+	}
+	return nil
+}
+
+// liveUntil returns the local deadline of an active lease, and false for a
+// lease that has ended.
+func (l *Lease) liveUntil() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, l.state == stateActive
+}
+
+// renewed records the outcome of a renew request sent at sent: nil if the
+// lease was extended (its local deadline is then sent + lifetime), an error
+// matching ErrLeaseLost if Redis said it is not ours (the context is then
+// ended), the lease's error if it had ended meanwhile, or the request error.
+// It returns the events to emit: the renewal's, and a loss.
+func (l *Lease) renewed(sent time.Time, ok bool, err error) (events [2]pending, rerr error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.cfg.observers) > 0 && l.state == stateActive {
+		defer func() {
+			events[0] = pending{cfg: l.cfg, ctx: l.ctx, e: Event{Kind: EventRenew, Outcome: outcomeOf(rerr),
+				Resource: l.resource, Owner: l.owner, Fence: l.fence, Start: sent, End: time.Now(), Err: rerr}}
+		}()
+	}
+	switch {
+	case l.state != stateActive:
+		return events, l.errorLocked()
+	case err != nil:
+		return events, requestError("renew", l.resource, l.c.b.classify(err), err)
+	case !ok:
+		events[1] = l.endLocked(stateLost, errorf("%w: %s expired or was taken by another owner", ErrLeaseLost, quote(l.resource)))
+		return events, l.errorLocked()
+	}
+	l.extendLocked(sent)
+	return events, nil
+}
+
+// discard ends a lease that its acquire call does not hand out, without
+// telling the observers of a loss: the caller never had it.
+func (l *Lease) discard(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == stateLapsed { // while the acquire call was drawing its fence
+		l.untrackLocked()
+		return
+	}
+	l.endLocked(stateDiscarded, cause)
+}
+
+// handOut marks an active lease as handed out, from when on the observers
+// hear of its end; it returns the cause of its end if it has already ended.
+func (l *Lease) handOut() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateActive {
+		return context.Cause(l.ctx)
+	}
+	l.out = true
+	return nil
+}
+
+// takeBack undoes handOut for a lease that its acquire call gives back after
+// all, because another of its leases had ended.
+func (l *Lease) takeBack() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out = false
+}
