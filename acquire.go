@@ -241,7 +241,7 @@ func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 	bo := backoff{min: minBackoff, max: maxBackoff}
 	var lastUnknown error // an earlier attempt's, whose lease may exist
 	for attempt := 0; ; attempt++ {
-		ls, err := a.step(ctx)
+		ls, err := a.attempt(ctx)
 		if err == nil || errors.Is(err, ErrNotAcquired) {
 			return ls, err
 		}
@@ -261,18 +261,8 @@ func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 	}
 }
 
-// step makes one attempt, after making sure, when the client has no
-// connection to Redis, that Redis can be reached: an attempt is then not
-// sent into an outage, where its outcome could only be unknown.
-func (a *acquisition) step(ctx context.Context) ([]*Lease, error) {
-	if err := a.c.b.connect(ctx, a.names[0].lease); err != nil {
-		return nil, &unreachableError{err}
-	}
-	return a.attempt(ctx)
-}
-
-// unreachableError is the error of a round trip that tested whether Redis
-// answers before an attempt: nothing of the acquire was sent.
+// unreachableError is the error of an attempt that was never sent: the
+// check before it, whether Redis answers, failed (see acquisition.send).
 type unreachableError struct{ err error }
 
 func (e *unreachableError) Error() string { return e.err.Error() }

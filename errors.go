@@ -61,6 +61,10 @@ var (
 	ErrInvalidArgument = errors.New("redlease: invalid argument")
 )
 
+// errNoAnswer means that Redis did not answer whether it can be reached
+// before the acquire call's context ended; nothing of the acquire was sent.
+var errNoAnswer = errors.New("redlease: Redis did not answer in time")
+
 // BusyError is returned by TryAcquire when another owner holds the lease.
 // It matches ErrNotAcquired with errors.Is.
 type BusyError struct {

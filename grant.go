@@ -2,6 +2,7 @@ package redlease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -52,29 +53,40 @@ func (a *acquisition) run(ctx context.Context, s *script, c call) (reply, int64)
 	return a.c.b.eval(ctx, s, c), 0
 }
 
-// send runs the attempt, by ctx's deadline. A client that bounds requests by
-// their context does that itself. Otherwise (go-redis without
-// ContextTimeoutEnabled) a silent Redis could hold the request for the
-// client's own timeouts, so the request goes on a goroutine of the
-// Client's and send returns at the deadline: the request is then of unknown
-// outcome, and whatever it did is undone by a release once it returns.
+// send runs the attempt, by ctx's deadline, after making sure that Redis
+// can be reached (see backend.connect): an attempt is not sent into an
+// outage, where its outcome could only be unknown. A failure of that check
+// is an unreachableError: nothing of the acquire was sent.
+//
+// A client that bounds requests by their context keeps the deadline itself.
+// Otherwise (go-redis without ContextTimeoutEnabled) a silent Redis could
+// hold the request for the client's own timeouts, so the request goes on a
+// goroutine of the Client's and send returns at the deadline: the request
+// is then of unknown outcome, and whatever it did is undone by a release
+// once it returns.
 func (a *acquisition) send(ctx context.Context) (reply, int64) {
 	s, c := a.call() // here: the goroutine below must not read a
 	if _, ok := ctx.Deadline(); !ok || a.c.b.bounded() {
-		return a.run(ctx, s, c)
+		return a.checkAndRun(ctx, s, c, nil)
 	}
 	var (
 		mu        sync.Mutex
+		sending   bool // the check is done: the acquire is on its way
+		abandoned bool
 		r         reply
 		acked     int64
 		done      = make(chan struct{})
-		abandoned bool
 	)
 	started := a.c.spawn(func() {
-		rr, n := a.run(ctx, s, c)
+		rr, n := a.checkAndRun(ctx, s, c, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			sending = !abandoned
+			return sending
+		})
 		mu.Lock()
 		r, acked = rr, n
-		late := abandoned
+		late := abandoned && sending
 		mu.Unlock()
 		close(done)
 		if late && a.classify(rr.err) != notSent {
@@ -84,21 +96,40 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 		}
 	})
 	if !started { // Close is under way: no goroutine of the Client's may start
-		return a.run(ctx, s, c)
+		return a.checkAndRun(ctx, s, c, nil)
 	}
 	select {
 	case <-done:
+		return r, acked
 	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case <-done: // the reply won the race after all
-		default:
-			abandoned = true
-			return reply{err: context.Cause(ctx)}, 0
-		}
 	}
-	return r, acked
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case <-done: // the reply won the race after all
+		return r, acked
+	default:
+	}
+	abandoned = true
+	if !sending {
+		return reply{err: &unreachableError{errorf("%w: %w", errNoAnswer, context.Cause(ctx))}}, 0
+	}
+	return reply{err: context.Cause(ctx)}, 0
+}
+
+// checkAndRun checks that Redis can be reached and then, if proceed (nil:
+// always) agrees, runs the attempt.
+func (a *acquisition) checkAndRun(ctx context.Context, s *script, c call, proceed func() bool) (reply, int64) {
+	if err := a.c.b.connect(ctx, a.names[0].lease); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = errorf("%w: %w", errNoAnswer, err)
+		}
+		return reply{err: &unreachableError{err}}, 0
+	}
+	if proceed != nil && !proceed() {
+		return reply{err: &unreachableError{context.Cause(ctx)}}, 0
+	}
+	return a.run(ctx, s, c)
 }
 
 // decode reads an acquire script's reply (see lua/acquire.lua and

@@ -21,7 +21,7 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 	}
 	defer w.leave()
 	for {
-		ls, err := a.step(ctx)
+		ls, err := a.attempt(ctx)
 		if err == nil || errors.Is(err, ErrClientClosed) {
 			a.answered(ctx, w)
 			return ls, err
@@ -76,7 +76,7 @@ func (w *waitState) leave() {
 // again at once), or whether the failure is final.
 func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay time.Duration, final bool) {
 	var ue *unreachableError
-	if errors.As(err, &ue) && ctx.Err() != nil {
+	if errors.As(err, &ue) && ctx.Err() != nil && !errors.Is(err, errNoAnswer) {
 		return 0, false // the wait ended during the check: that says nothing of Redis
 	}
 	w.last = err

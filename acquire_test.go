@@ -1,0 +1,165 @@
+package redlease
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlease/redlease/internal/servertest"
+)
+
+// silentRedis accepts connections and never answers, as a Redis that is
+// paused or behind a dead network does; it is closed when the test ends.
+func silentRedis(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// The acquire calls return by their context's deadline, plus a small slack,
+// whether Redis refuses connections, is silent or is slow, with or without
+// ContextTimeoutEnabled; a refused connection stays in the error, and is
+// not an unknown outcome, since nothing was sent. (With Redis refusing, a
+// 3 s Acquire returned after 4.7 s with "outcome unknown: context deadline
+// exceeded", the give-up release holding it up.)
+func TestAcquireKeepsItsDeadline(t *testing.T) {
+	refused := fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t)) // nothing listens
+	silent := silentRedis(t)
+	srv := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, srv.Addr)
+	proxy.Delay(servertest.ToClient, 10*time.Second)
+	const limit, slack = 2 * time.Second, 800 * time.Millisecond
+
+	calls := map[string]func(context.Context, *Client) error{
+		"TryAcquire": func(ctx context.Context, c *Client) error { _, err := c.TryAcquire(ctx, "r"); return err },
+		"Acquire":    func(ctx context.Context, c *Client) error { _, err := c.Acquire(ctx, "r"); return err },
+		"AcquireAll": func(ctx context.Context, c *Client) error {
+			_, err := c.AcquireAll(ctx, []string{"a", "b"})
+			return err
+		},
+		"Campaign": func(ctx context.Context, c *Client) error {
+			_, err := NewElection(c, "e").Campaign(ctx, "v")
+			return err
+		},
+	}
+	for _, redisState := range []struct{ name, addr string }{{"refusing", refused}, {"silent", silent}, {"slow", proxy.Addr()}} {
+		for _, ctxTimeout := range []bool{false, true} {
+			for name, call := range calls {
+				t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v/%s", redisState.name, ctxTimeout, name), func(t *testing.T) {
+					t.Parallel()
+					rdb := redis.NewClient(&redis.Options{Addr: redisState.addr, ContextTimeoutEnabled: ctxTimeout})
+					t.Cleanup(func() { _ = rdb.Close() })
+					c := New(rdb)
+					t.Cleanup(func() { _ = c.Close(context.Background()) })
+					ctx, cancel := context.WithTimeout(context.Background(), limit)
+					defer cancel()
+					start := time.Now()
+					err := call(ctx, c)
+					took := time.Since(start)
+					t.Logf("returned after %v: %v", took.Round(time.Millisecond), err)
+					require.ErrorIs(t, err, ErrNotAcquired)
+					require.Less(t, took, limit+slack, "the deadline was not kept")
+					require.Equal(t, 1, strings.Count(err.Error(), "redlease:"), "one prefix: %v", err)
+					if redisState.addr == refused {
+						require.ErrorIs(t, err, syscall.ECONNREFUSED, "the cause is kept")
+						require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was sent")
+					}
+				})
+			}
+		}
+	}
+}
+
+// A wait that meets an outage says so once, at Warn, and once at Info when
+// Redis answers again, and goes on to take the lease; observers see both.
+// (A wait with a context that never ends used to wait silently forever.)
+func TestWaitThatMeetsAnOutageSaysSoOnce(t *testing.T) {
+	srv := servertest.Redis(t)
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rec := &recorder{}
+	c := New(srv.Client(t), WithLogger(logger), WithObserver(rec))
+	defer c.Close(context.Background())
+	warm(t, c)
+
+	srv.Stop()
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(context.Background(), "r")
+		if err == nil {
+			err = l.Release(context.Background())
+		}
+		got <- err
+	}()
+	servertest.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(buf.String(), "redlease outage") })
+	time.Sleep(2 * time.Second) // more retries while Redis is down: none is logged
+	srv.Restart(t)
+	require.NoError(t, servertest.Recv(t, got, 20*time.Second))
+
+	out := buf.String()
+	require.Equal(t, 1, strings.Count(out, `level=WARN msg="redlease outage"`), "%s", out)
+	require.Equal(t, 1, strings.Count(out, `level=INFO msg="redlease recovered"`), "%s", out)
+	require.Contains(t, out, "connection refused")
+	var kinds []string
+	for _, k := range rec.take() {
+		if !strings.HasPrefix(k, "acquire") && !strings.HasPrefix(k, "release") {
+			kinds = append(kinds, k)
+		}
+	}
+	require.Equal(t, []string{"outage:error", "recovered:ok"}, kinds)
+}
+
+// syncBuffer is a bytes.Buffer that goroutines may write to at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
