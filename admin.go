@@ -19,17 +19,20 @@ type Status struct {
 	Resource string
 	// Held says the resource's lease key exists.
 	Held bool
-	// Owner and Fence are the holder's owner token and fence, parsed from the
-	// lease value "<owner>:<fence>". A lease value of another form (not
+	// Owner, Fence and Holder are the holder's owner token, fence and
+	// description (WithHolder), parsed from the lease value
+	// "<owner>:<fence>[:<holder>]". A lease value of another form (not
 	// written by redlease) is all in Owner, with Fence 0.
-	Owner string
-	Fence int64
+	Owner  string
+	Fence  int64
+	Holder string
 	// TTL is the time the lease has left: 0 when it is not held, -1 when the
 	// lease key has no expiry (not written by redlease; only an operator can
 	// remove it).
 	TTL time.Duration
-	// LastFence is the fence counter: the newest fence handed out, 0 if the
-	// resource was never acquired (or the counter was lost).
+	// LastFence is the fence counter the resource draws from: at least the
+	// newest fence handed out for it (the counter is its hash slot's), 0 if
+	// no resource of that slot was ever acquired (or the counter was lost).
 	LastFence int64
 	// Waiters is the number of acquirers queued for the lease. It may count
 	// waiters that died and are not dropped yet (for up to 3 s).
@@ -40,8 +43,8 @@ type Status struct {
 // TTL (negative: no expiry).
 func (s *Status) setLease(value string, ttl time.Duration) {
 	s.Held = true
-	if owner, fence, ok := parseLease(value); ok {
-		s.Owner, s.Fence = owner, fence
+	if owner, fence, holder, ok := parseLease(value); ok {
+		s.Owner, s.Fence, s.Holder = owner, fence, holder
 	} else {
 		s.Owner = value
 	}
@@ -113,10 +116,9 @@ func parseStatus(resource string, res []any, n int) (Status, error) {
 // order. It finds them with SCAN, never KEYS: it does not block Redis, but
 // like SCAN it may miss a resource first acquired while it runs, and on
 // Redis Cluster it scans every master in turn. A resource is found by its
-// fence counter, which never expires, so resources that are not held now
-// are included (Status.Held is false); a lease whose counter was lost is
-// found by its lease key. fn is called from the calling goroutine, one
-// Status at a time; if it returns an error, Scan stops and returns it.
+// lease or by its waiters' queue: the resources that are held, or waited
+// for (then Status.Held is false). fn is called from the calling goroutine,
+// one Status at a time; if it returns an error, Scan stops and returns it.
 func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error) error {
 	if pattern == "" {
 		pattern = "*"
@@ -141,15 +143,15 @@ func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error
 // fn for each of them.
 func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn func(Status) error) error {
 	var resources []string
-	var leaseOnly []bool // found by the lease key: report only without a counter
+	var byQueue []bool // found by the queue: report only if it has no lease
 	for _, k := range keys {
 		r, kind, ok := resourceOf(cfg.prefix, k)
 		switch {
 		case !ok:
-		case kind == kindFence:
-			resources, leaseOnly = append(resources, r), append(leaseOnly, false)
 		case kind == kindLease:
-			resources, leaseOnly = append(resources, r), append(leaseOnly, true)
+			resources, byQueue = append(resources, r), append(byQueue, false)
+		case kind == kindQueue:
+			resources, byQueue = append(resources, r), append(byQueue, true)
 		}
 	}
 	if len(resources) == 0 {
@@ -160,8 +162,8 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn f
 		return err
 	}
 	for i, st := range sts {
-		if leaseOnly[i] && st.LastFence > 0 {
-			continue // reported through its fence counter
+		if byQueue[i] && st.Held {
+			continue // reported through its lease
 		}
 		if err := fn(st); err != nil {
 			return err

@@ -31,7 +31,7 @@ func TestAdvanceFenceNeverMovesBack(t *testing.T) {
 	last, err := c.LastFence(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, int64(12), last)
-	ttl, err := rdb.PTTL(ctx, "redlease:{r}:fence").Result()
+	ttl, err := rdb.PTTL(ctx, counterKey("r")).Result()
 	require.NoError(t, err)
 	require.Negative(t, ttl, "the counter still has no TTL")
 
@@ -39,14 +39,14 @@ func TestAdvanceFenceNeverMovesBack(t *testing.T) {
 	n, err = New(rdb, WithPrefix("other:")).AdvanceFence(ctx, "r", MaxFence)
 	require.NoError(t, err)
 	require.Equal(t, MaxFence, n)
-	v, err := rdb.Get(ctx, "other:{r}:fence").Int64()
+	v, err := rdb.Get(ctx, slotCounter("other:", slotOf("r"))).Int64()
 	require.NoError(t, err)
 	require.Equal(t, MaxFence, v)
 	last, err = c.LastFence(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, int64(12), last, "the default prefix's counter is untouched")
 
-	require.NoError(t, rdb.Set(ctx, "redlease:{bad}:fence", "abc", 0).Err())
+	require.NoError(t, rdb.Set(ctx, counterKey("bad"), "abc", 0).Err())
 	_, err = c.AdvanceFence(ctx, "bad", 3)
 	require.ErrorContains(t, err, "non-integer")
 }

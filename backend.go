@@ -67,9 +67,11 @@ type replyKind uint8
 const (
 	intReply   replyKind = iota // an integer, read without allocating
 	arrayReply                  // an array of integers and strings
+	mixedReply                  // an integer or an array
 )
 
-// reply is a script's reply: n for an integer reply, vals for an array.
+// reply is a script's reply: n for an integer reply, vals (not nil) for an
+// array.
 type reply struct {
 	n    int64
 	vals []any

@@ -59,6 +59,9 @@ var (
 	// 1 ms, a renew interval not below the lease's lifetime, and the like.
 	// The guards of package fencing return it too.
 	ErrInvalidArgument = errors.New("redlease: invalid argument")
+
+	// ErrNoLeader is returned by Election.Leader when nobody leads.
+	ErrNoLeader = errors.New("redlease: no leader")
 )
 
 // errNoAnswer means that Redis did not answer whether it can be reached
@@ -71,8 +74,11 @@ type BusyError struct {
 	Resource string
 	// Remaining is how long the current holder's lease had left when Redis
 	// answered, or -1 if the lease key has no expiry (it was not written by
-	// redlease; an operator must remove it).
+	// redlease; an operator must remove it). A holder that renews its lease
+	// keeps it longer.
 	Remaining time.Duration
+	// Holder is the holder's description (WithHolder), "" if it has none.
+	Holder string
 
 	first bool // the acquirer is the first live waiter in the queue
 	index int  // of Resource among the resources asked for
@@ -80,13 +86,18 @@ type BusyError struct {
 
 func (e *BusyError) Error() string {
 	r := quote(e.Resource)
+	by := "another owner"
+	if e.Holder != "" {
+		by += " (" + shared.Cut(e.Holder) + ")"
+	}
 	switch {
 	case e.Remaining == 0:
 		return "redlease: " + r + " is busy: its lease is about to expire, or earlier waiters come first (fair lease)"
 	case e.Remaining < 0:
-		return "redlease: " + r + " is held by another owner (lease key has no TTL)"
+		return "redlease: " + r + " is held by " + by + " (lease key has no TTL)"
 	}
-	return fmt.Sprintf("redlease: %s is held by another owner for %v more", r, e.Remaining)
+	return fmt.Sprintf("redlease: %s is held by %s; its lease lapses in %v unless the holder renews it",
+		r, by, e.Remaining)
 }
 
 // Unwrap makes errors.Is(err, ErrNotAcquired) true.

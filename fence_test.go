@@ -3,10 +3,12 @@ package redlease
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
 )
@@ -88,7 +90,7 @@ func TestFenceCounterNeverExpiresNorFallsBack(t *testing.T) {
 		last = l.Fence()
 		time.Sleep(100 * time.Millisecond) // let it expire instead of releasing
 	}
-	ttl, err := rdb.PTTL(ctx, "redlease:{r}:fence").Result()
+	ttl, err := rdb.PTTL(ctx, counterKey("r")).Result()
 	require.NoError(t, err)
 	require.Equal(t, time.Duration(-1), ttl, "the counter has no TTL")
 	got, err := c.LastFence(ctx, "r")
@@ -125,8 +127,8 @@ func TestFenceSource(t *testing.T) {
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, int64(1001), l.Fence())
-	require.Equal(t, l.Owner()+":1001", mustGet(t, mr, "redlease:{r}:lease"), "the lease records the drawn fence")
-	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "the Redis counter still counts")
+	require.Equal(t, l.Owner()+":1001:"+DefaultHolder(), mustGet(t, mr, "redlease:{r}:lease"), "the lease records the drawn fence")
+	require.Equal(t, "1", mustGet(t, mr, counterKey("r")), "the Redis counter still counts")
 	require.NoError(t, l.Release(ctx))
 
 	// A source that fails: the lease is given back.
@@ -147,4 +149,96 @@ func TestFenceSource(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1003), l.Fence(), "fences keep rising; drawn values may be skipped")
 	require.NoError(t, l.Release(ctx))
+}
+
+// The fence counter is the hash slot's: every key of the table hashes to
+// its slot, and a resource's counter key shares the resource's slot.
+func TestSlotTagsHashToTheirSlots(t *testing.T) {
+	require.Len(t, slotTags, 3*numSlots)
+	for s := range numSlots {
+		require.Equal(t, s, int(crc16(slotTag(s))%numSlots), "slot %d", s)
+	}
+	require.Equal(t, uint16(0x31C3), crc16("123456789"), "CRC16-XMODEM, as Redis Cluster hashes")
+	for _, r := range []string{"r", "order:42", "{tenant}:a", "a}b", "ü"} {
+		k := keys(DefaultPrefix, r)
+		require.Equal(t, slotOf(r), slotOf(k.fence[len(DefaultPrefix)+1:]), "%q", r)
+	}
+}
+
+// Fences of a resource keep rising when its slot, counter included, moves to
+// another master (a reshard).
+func TestIntegrationFencesRiseAcrossSlotMigration(t *testing.T) {
+	nodes, cc := servertest.Cluster(t, 3)
+	ctx := t.Context()
+	c := New(cc, WithAutoRenew(false))
+	take := func() int64 {
+		t.Helper()
+		l, err := c.TryAcquire(ctx, "moving")
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+		return l.Fence()
+	}
+	for range 3 {
+		take()
+	}
+	last := take()
+	slot := slotOf("moving")
+	src, err := cc.MasterForKey(ctx, "{moving}")
+	require.NoError(t, err)
+	var dst *redis.Client
+	for _, n := range nodes {
+		if n.Addr != src.Options().Addr {
+			dst = servertest.NewClient(t, n.Addr)
+			break
+		}
+	}
+	srcID, dstID := src.ClusterMyID(ctx).Val(), dst.ClusterMyID(ctx).Val()
+	require.NoError(t, dst.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err())
+	require.NoError(t, src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err())
+	ks, err := src.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+	require.NoError(t, err)
+	require.Contains(t, ks, counterKey("moving"), "the counter lives in the resource's slot")
+	host, port, _ := strings.Cut(dst.Options().Addr, ":")
+	for _, k := range ks {
+		require.NoError(t, src.Migrate(ctx, host, port, k, 0, 5*time.Second).Err())
+	}
+	for _, n := range []*redis.Client{dst, src} {
+		require.NoError(t, n.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err())
+	}
+	require.Greater(t, take(), last, "the counter moved with its slot")
+}
+
+// An upgrade from per-resource counters: MigrateFences folds each one into
+// its slot's counter, so the next holder's fence is above every old one.
+func TestMigrateFencesFromPerResourceCounters(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	c := New(rdb)
+	for r, n := range map[string]string{"a": "41", "b": "7", "a}x": "50"} {
+		require.NoError(t, mr.Set(key(DefaultPrefix, r, kindFence), n)) // as a version before this one left them
+	}
+	var legacy []string
+	require.NoError(t, c.ScanFences(ctx, func(fc FenceCounter) error {
+		if fc.Resource != "" {
+			legacy = append(legacy, fc.Resource)
+		}
+		return nil
+	}))
+	require.ElementsMatch(t, []string{"a", "b", "a}x"}, legacy)
+	n, err := c.MigrateFences(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	for r, old := range map[string]int64{"a": 50, "b": 7, "a}x": 50} { // "a}x" hashes by its tag "a": a's slot
+		l, err := c.TryAcquire(ctx, r)
+		require.NoError(t, err)
+		require.Greater(t, l.Fence(), old, "%q", r)
+		require.NoError(t, l.Release(ctx))
+		require.False(t, mr.Exists(key(DefaultPrefix, r, kindFence)), "the old counter is gone")
+	}
+	n, err = c.MigrateFences(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "idempotent")
+	var slots int
+	require.NoError(t, c.ScanFences(ctx, func(fc FenceCounter) error { slots++; return nil }))
+	require.Equal(t, 2, slots, "the counters of two slots remain")
 }

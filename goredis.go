@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -85,8 +86,16 @@ func replyOf(cmd redis.Cmder) reply {
 		n, err := cmd.Result()
 		return reply{n: n, err: err}
 	case *redis.Cmd:
-		vals, err := cmd.Slice()
-		return reply{vals: vals, err: err}
+		if err := cmd.Err(); err != nil {
+			return reply{err: err}
+		}
+		switch v := cmd.Val().(type) {
+		case int64:
+			return reply{n: v}
+		case []any:
+			return reply{vals: v}
+		}
+		return reply{err: fmt.Errorf("redlease: unexpected reply %v", cmd.Val())}
 	}
 	return reply{err: errors.New("redlease: unexpected command type")}
 }

@@ -39,9 +39,9 @@ func (a *acquisition) call() (*script, call) {
 		timeout = waiterTimeoutArg
 	}
 	if len(a.resources) == 1 {
-		return acquireScript, acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued)
+		return acquireScript, acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued, &a.cfg.holder)
 	}
-	return acquireAllScript, acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.queued)
+	return acquireAllScript, acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.queued, &a.cfg.holder)
 }
 
 // run sends the attempt's script s with c, with WAIT when WithReplicaAck
@@ -136,38 +136,51 @@ func (a *acquisition) checkAndRun(ctx context.Context, s *script, c call, procee
 // lua/acquire_all.lua): the fences of the new leases, or a *BusyError.
 func (a *acquisition) decode(r reply) ([]int64, error) {
 	if r.vals == nil {
-		v := r.n
-		switch {
-		case v > 0:
-			a.fence[0] = v
-			return a.fence[:], nil
-		case v < -1:
-			x := -v
-			return nil, a.busy(0, x/2-2, x&1 == 1)
+		if r.n <= 0 {
+			return nil, errorf("acquire script replied %d", r.n)
 		}
-		return nil, errorf("acquire script replied %d", v)
+		a.fence[0] = r.n
+		return a.fence[:], nil
 	}
-	res := make([]int64, len(r.vals))
-	for i, v := range r.vals {
-		n, ok := v.(int64)
-		if !ok {
-			return nil, errorf("acquire script replied %v", r.vals)
-		}
-		res[i] = n
-	}
+	v := r.vals
+	n := len(a.resources)
 	switch {
-	case len(res) == len(a.resources)+1 && res[0] == 1:
-		return res[1:], nil
-	case len(res) == 4 && res[0] == 0 && res[3] >= 1 && int(res[3]) <= len(a.resources):
-		return nil, a.busy(int(res[3])-1, res[1], res[2] == 1)
+	case n == 1 && len(v) == 3: // {pttl, first, holder}
+		if x, ok := int64s(v[:2]); ok {
+			holder, _ := v[2].(string)
+			return nil, a.busy(0, x[0], x[1] == 1, holder)
+		}
+	case n > 1 && len(v) == n+1: // {1, fence...}
+		if x, ok := int64s(v); ok && x[0] == 1 {
+			return x[1:], nil
+		}
+	case n > 1 && len(v) == 5: // {0, pttl, first, i, holder}
+		if x, ok := int64s(v[:4]); ok && x[0] == 0 && x[3] >= 1 && int(x[3]) <= n {
+			holder, _ := v[4].(string)
+			return nil, a.busy(int(x[3])-1, x[1], x[2] == 1, holder)
+		}
 	}
-	return nil, errorf("acquire script replied %v", res)
+	return nil, errorf("acquire script replied %v", v)
 }
 
-// busy is the error for resource i, held by another owner whose lease has
-// pttl ms left (-1: no TTL).
-func (a *acquisition) busy(i int, pttl int64, first bool) *BusyError {
-	busy := &BusyError{Resource: a.resources[i], Remaining: time.Duration(pttl) * time.Millisecond, first: first, index: i}
+// int64s returns vals as integers, and false if one is not.
+func int64s(vals []any) ([]int64, bool) {
+	out := make([]int64, len(vals))
+	for i, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// busy is the error for resource i, held by another owner (holder) whose
+// lease has pttl ms left (-1: no TTL).
+func (a *acquisition) busy(i int, pttl int64, first bool, holder string) *BusyError {
+	busy := &BusyError{Resource: a.resources[i], Remaining: time.Duration(pttl) * time.Millisecond, Holder: holder,
+		first: first, index: i}
 	if pttl < 0 {
 		busy.Remaining = -1
 	}

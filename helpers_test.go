@@ -7,3 +7,7 @@ import (
 )
 
 func TestMain(m *testing.M) { servertest.Main(m) }
+
+// counterKey is the key of the fence counter that resource draws from,
+// under the default prefix.
+func counterKey(resource string) string { return slotCounter(DefaultPrefix, slotOf(resource)) }

@@ -1,5 +1,7 @@
 package redlease
 
+//go:generate go run gen_slottags.go
+
 import "strings"
 
 // The key layout: the only place where a key redlease writes is spelled.
@@ -7,29 +9,43 @@ import "strings"
 // Every key of resource R is <prefix>{R}:<kind>. The braces make R the
 // keys' Redis Cluster hash tag, so all of them share R's slot and one script
 // may use them all; that is why the prefix may not hold a brace, nor R begin
-// with '}' (see config.validate and Client.leaseConfig).
+// with '}' (see config.validate and validResource). All of them expire: they
+// live as long as a lease, a waiter or a release marker does.
 //
-//	<prefix>{R}:lease     the lease: "<owner>:<fence>", with the TTL
-//	<prefix>{R}:fence     the fence counter, without a TTL
+//	<prefix>{R}:lease     the lease: "<owner>:<fence>[:<holder>]", with the TTL
 //	<prefix>{R}:queue     the waiters, in arrival order (see lua/queue.lua)
 //	<prefix>{R}:alive     the waiters' liveness deadlines
 //	<prefix>{R}:released  the last released lease, for the time it had left
 //	<prefix>{R}:wake:<id> the wake channel of the waiters of Client <id>
-//	<prefix>{R}:leader    an election's leader record
+//
+// The fence counter is the one key without a TTL, and there is one per
+// Redis Cluster hash slot, not per resource, so that what stays in Redis
+// does not grow with the number of resources ever leased: at most 16,384
+// keys per prefix.
+//
+//	<prefix>{<t>}:fences  the fence counter of hash slot s, where t is a
+//	                      three-character name that hashes to s (slotTags)
+//
+// It shares R's slot, so the acquire script stays one script on Cluster,
+// and moves with the slot when a cluster is resharded. Versions before the
+// per-slot counter kept <prefix>{R}:fence per resource (see MigrateFences).
 const (
 	kindLease    = "lease"
-	kindFence    = "fence"
 	kindQueue    = "queue"
 	kindAlive    = "alive"
 	kindReleased = "released"
 	kindWake     = "wake"
-	kindLeader   = "leader"
+	kindFences   = "fences" // a hash slot's fence counter
+	kindFence    = "fence"  // a resource's fence counter, before the per-slot counter
 )
 
-// resourceKeys are the keys (and the wake channel's stem) of one resource.
-// leader is set only for an election's name.
+// numSlots is the number of Redis Cluster hash slots.
+const numSlots = 16384
+
+// resourceKeys are the keys (and the wake channel's stem) of one resource;
+// fence is the counter of its hash slot.
 type resourceKeys struct {
-	lease, fence, queue, alive, released, wake, leader string
+	lease, fence, queue, alive, released, wake string
 }
 
 // key names one of resource's keys.
@@ -41,27 +57,62 @@ func key(prefix, resource, kind string) string {
 // instead of six on the acquire and release paths.
 func keys(prefix, resource string) resourceKeys {
 	var b strings.Builder
-	b.Grow(6*(len(prefix)+len(resource)+3) + len(kindLease+kindFence+kindQueue+kindAlive+kindReleased+kindWake))
-	name := func(kind string) string {
+	b.Grow(6*(len(prefix)+len(resource)+3) + len(prefix) + 6 +
+		len(kindLease+kindFences+kindQueue+kindAlive+kindReleased+kindWake))
+	name := func(tag, kind string) string {
 		start := b.Len()
 		b.WriteString(prefix)
 		b.WriteByte('{')
-		b.WriteString(resource)
+		b.WriteString(tag)
 		b.WriteString("}:")
 		b.WriteString(kind)
 		return b.String()[start:] // the buffer never moves: earlier names stay valid
 	}
-	return resourceKeys{lease: name(kindLease), fence: name(kindFence), queue: name(kindQueue),
-		alive: name(kindAlive), released: name(kindReleased), wake: name(kindWake)}
+	return resourceKeys{lease: name(resource, kindLease), fence: name(slotTag(slotOf(resource)), kindFences),
+		queue: name(resource, kindQueue), alive: name(resource, kindAlive), released: name(resource, kindReleased),
+		wake: name(resource, kindWake)}
 }
 
-// electionKeys returns the keys of an election's name: its lease's, and its
-// leader record.
-func electionKeys(prefix, name string) resourceKeys {
-	k := keys(prefix, name)
-	k.leader = key(prefix, name, kindLeader)
-	return k
+// slotCounter returns the key of hash slot s's fence counter.
+func slotCounter(prefix string, s int) string { return key(prefix, slotTag(s), kindFences) }
+
+// slotTag returns the hash tag of slot s's fence counter.
+func slotTag(s int) string { return slotTags[3*s : 3*s+3] }
+
+// slotOf returns the Redis Cluster hash slot of resource's keys: the CRC16
+// of their hash tag, which is resource up to its first '}' (see the Cluster
+// spec; resource is not empty and does not begin with '}').
+func slotOf(resource string) int {
+	tag := resource
+	if i := strings.IndexByte(resource, '}'); i >= 0 {
+		tag = resource[:i]
+	}
+	return int(crc16(tag) % numSlots)
 }
+
+// crc16 is CRC16-XMODEM, by which Redis Cluster hashes keys.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()
 
 // wakeChannel returns the wake channel of the waiters of the Client with id.
 func (k *resourceKeys) wakeChannel(id string) string { return k.wake + ":" + id }

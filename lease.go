@@ -73,6 +73,15 @@ func (l *Lease) Fence() int64 {
 	return l.fence
 }
 
+// Holder returns the lease's holder description (WithHolder; for an
+// election's term, the value it campaigned with).
+func (l *Lease) Holder() string {
+	if l == nil {
+		return ""
+	}
+	return l.cfg.holder
+}
+
 // Context returns a context that is done once the lease is lost, is about to
 // lapse without a confirmed renewal, reached its maximum hold, or was
 // released. context.Cause tells which: ErrLeaseLost (wrapped with the reason)

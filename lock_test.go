@@ -1,10 +1,13 @@
 package redlease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,18 +36,18 @@ func TestAcquireRelease(t *testing.T) {
 	require.NoError(t, l.Context().Err())
 
 	// Keys of one resource share a hash slot; the lease has the TTL, the counter none.
-	require.Equal(t, fmt.Sprintf("%s:%d", l.Owner(), l.Fence()), mustGet(t, mr, "redlease:{billing:42}:lease"))
+	require.Equal(t, fmt.Sprintf("%s:%d:%s", l.Owner(), l.Fence(), DefaultHolder()), mustGet(t, mr, "redlease:{billing:42}:lease"))
 	require.Equal(t, 10*time.Second, mr.TTL("redlease:{billing:42}:lease"))
-	require.Equal(t, "1", mustGet(t, mr, "redlease:{billing:42}:fence"))
-	require.Zero(t, mr.TTL("redlease:{billing:42}:fence"))
+	require.Equal(t, "1", mustGet(t, mr, counterKey("billing:42")))
+	require.Zero(t, mr.TTL(counterKey("billing:42")))
 
 	require.NoError(t, l.Release(ctx))
 	require.ErrorIs(t, context.Cause(l.Context()), ErrReleased)
 	require.False(t, mr.Exists("redlease:{billing:42}:lease"))
-	require.Equal(t, fmt.Sprintf("%s:%d", l.Owner(), l.Fence()), mustGet(t, mr, "redlease:{billing:42}:released"),
+	require.Equal(t, fmt.Sprintf("%s:%d:%s", l.Owner(), l.Fence(), DefaultHolder()), mustGet(t, mr, "redlease:{billing:42}:released"),
 		"the lease was renamed: a retried release is recognised")
 	require.Greater(t, mr.TTL("redlease:{billing:42}:released"), 9*time.Second, "kept as long as the lease had left")
-	require.Equal(t, "1", mustGet(t, mr, "redlease:{billing:42}:fence"), "release never touches the fence counter")
+	require.Equal(t, "1", mustGet(t, mr, counterKey("billing:42")), "release never touches the fence counter")
 	require.ErrorIs(t, l.Refresh(ctx), ErrReleased)
 
 	n, err := c.LastFence(ctx, "billing:42")
@@ -92,7 +95,9 @@ func TestTryAcquireBusy(t *testing.T) {
 	require.ErrorAs(t, err, &busy)
 	require.Equal(t, "r", busy.Resource)
 	require.Equal(t, 7*time.Second, busy.Remaining)
-	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "a failed attempt draws no fence")
+	require.Equal(t, DefaultHolder(), busy.Holder)
+	require.Contains(t, err.Error(), "held by another owner ("+DefaultHolder()+"); its lease lapses in 7s unless the holder renews it")
+	require.Equal(t, "1", mustGet(t, mr, counterKey("r")), "a failed attempt draws no fence")
 }
 
 func TestExpiredHolderIsReplacedAndItsLateReleaseDeletesNothing(t *testing.T) {
@@ -110,7 +115,7 @@ func TestExpiredHolderIsReplacedAndItsLateReleaseDeletesNothing(t *testing.T) {
 	err = a.Release(ctx)
 	require.ErrorIs(t, err, ErrLeaseLost)
 	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost, "a second Release repeats the verdict")
-	require.Equal(t, fmt.Sprintf("%s:%d", b.Owner(), b.Fence()), mustGet(t, mr, "redlease:{r}:lease"),
+	require.Equal(t, fmt.Sprintf("%s:%d:%s", b.Owner(), b.Fence(), DefaultHolder()), mustGet(t, mr, "redlease:{r}:lease"),
 		"the stale release left the new lease alone")
 	require.ErrorIs(t, a.Refresh(ctx), ErrReleased)
 	require.NoError(t, b.Release(ctx))
@@ -131,7 +136,7 @@ func TestRefreshAfterLossEndsContext(t *testing.T) {
 	err = a.Refresh(ctx)
 	require.ErrorIs(t, err, ErrLeaseLost)
 	require.ErrorIs(t, context.Cause(a.Context()), ErrLeaseLost)
-	require.Equal(t, b.Owner()+":2", mustGet(t, mr, "redlease:{r}:lease"), "refresh never recreates or takes over")
+	require.Equal(t, b.Owner()+":2:"+DefaultHolder(), mustGet(t, mr, "redlease:{r}:lease"), "refresh never recreates or takes over")
 	require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost, "no renew is sent for a lost lease")
 	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
 	require.NoError(t, b.Release(ctx))
@@ -226,6 +231,12 @@ func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
 		{"negative margin", New(rdb), "r", []Option{WithSafetyMargin(-time.Millisecond)}},
 		{"margin eats TTL", New(rdb), "r", []Option{WithTTL(time.Second), WithSafetyMargin(time.Second)}},
 		{"zero release timeout", New(rdb), "r", []Option{WithReleaseTimeout(0)}},
+		{"release timeout below 1ms", New(rdb), "r", []Option{WithReleaseTimeout(time.Microsecond)}},
+		{"renew interval of 1ns", New(rdb), "r", []Option{WithRenewInterval(time.Nanosecond)}},
+		{"TTL too short to renew every TTL/3", New(rdb), "r", []Option{WithTTL(2 * time.Millisecond)}},
+		{"max wait of 1ns", New(rdb), "r", []Option{WithMaxWait(time.Nanosecond)}},
+		{"max hold of 1ns", New(rdb), "r", []Option{WithMaxHold(time.Nanosecond)}},
+		{"holder over MaxHolder", New(rdb), "r", []Option{WithHolder(strings.Repeat("h", MaxHolder+1))}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,7 +321,7 @@ func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), l.Fence(), "the retry with the same owner gets the same fence")
-	require.Equal(t, "1", mustGet(t, mr, "redlease:{r}:fence"), "no second fence was drawn")
+	require.Equal(t, "1", mustGet(t, mr, counterKey("r")), "no second fence was drawn")
 	require.NoError(t, l.Release(ctx))
 
 	// Every reply lost: TryAcquire gives up, says so, and releases by owner.
@@ -319,7 +330,7 @@ func TestAcquireWithLostReplyKeepsOneFence(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.ErrorIs(t, err, ErrOutcomeUnknown)
 	require.False(t, mr.Exists("redlease:{r}:lease"), "the lease of unknown outcome was released by owner")
-	require.Equal(t, "2", mustGet(t, mr, "redlease:{r}:fence"))
+	require.Equal(t, "2", mustGet(t, mr, counterKey("r")))
 }
 
 func TestReleaseAndRefreshWithLostReplyAreReportedUnknown(t *testing.T) {
@@ -443,7 +454,7 @@ func TestIntegrationStaleReleaseDoesNotDeleteNewLease(t *testing.T) {
 	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
 	v, err := rdb.Get(ctx, "redlease:{r}:lease").Result()
 	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("%s:%d", b.Owner(), b.Fence()), v)
+	require.Equal(t, fmt.Sprintf("%s:%d:%s", b.Owner(), b.Fence(), DefaultHolder()), v)
 	require.NoError(t, b.Release(ctx))
 }
 
@@ -648,4 +659,31 @@ func warm(t testing.TB, c *Client) {
 	l, err := c.TryAcquire(context.Background(), "warm-up")
 	require.NoError(t, err)
 	require.NoError(t, l.Release(context.Background()))
+}
+
+// A huge resource name makes a bounded error and log line. (A 1 MiB name
+// made a 1 MiB error.)
+func TestHugeResourceNamesAreCutInMessages(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := New(rdb, WithLogger(logger))
+	ctx := t.Context()
+	huge := strings.Repeat("x", 1<<20)
+	l, err := c.TryAcquire(ctx, huge)
+	require.NoError(t, err)
+	_, err = c.TryAcquire(ctx, huge)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Less(t, len(err.Error()), 512, "the error is bounded")
+	require.Contains(t, err.Error(), "(1048576 bytes)")
+	mr.Del(key(DefaultPrefix, huge, kindLease))
+	err = l.Release(ctx)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.Less(t, len(err.Error()), 512)
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		require.Less(t, len(line), 1024, "a log line is bounded")
+	}
+	_, err = c.TryAcquire(ctx, "}"+huge)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Less(t, len(err.Error()), 512)
 }

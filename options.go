@@ -1,7 +1,10 @@
 package redlease
 
 import (
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,7 +41,8 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	fences         FenceSource // nil: the Redis counter
-	ttlArg         any         // ttl in ms, boxed once for the scripts; set by validate
+	holder         string
+	ttlArg         any // ttl in ms, boxed once for the scripts; set by validate
 }
 
 func defaultConfig() config {
@@ -47,8 +51,33 @@ func defaultConfig() config {
 		autoRenew:      true,
 		prefix:         DefaultPrefix,
 		releaseTimeout: DefaultReleaseTimeout,
+		holder:         DefaultHolder(),
 	}
 }
+
+// MaxHolder is the longest holder description, in bytes (WithHolder).
+const MaxHolder = 1024
+
+// DefaultHolder is the holder description of a lease taken without
+// WithHolder: "<host name> pid <process id>".
+func DefaultHolder() string { return defaultHolder() }
+
+var defaultHolder = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + " pid " + strconv.Itoa(os.Getpid())
+})
+
+// WithHolder sets the description of the lease's holder, which Redis keeps
+// in the lease itself (no extra key, no extra round trip) for operators and
+// other owners to read: Status.Holder, BusyError.Holder, Election.Leader,
+// and the redlease command's status and list. "" sets none. It may hold any
+// text up to MaxHolder bytes; it is not secret, so put no credentials in
+// it. Default DefaultHolder() (host and pid); the redlease command adds the
+// command it runs.
+func WithHolder(desc string) Option { return func(c *config) { c.holder = desc } }
 
 // WithTTL sets the lease TTL: how long Redis keeps a lease that is not
 // renewed, and so how long a crashed holder blocks the resource. It must be a
@@ -70,8 +99,9 @@ func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on }
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithRenewInterval sets how often the watchdog renews a lease. It must be
-// positive and shorter than the lease's local lifetime (see WithSafetyMargin).
-// Default TTL/3.
+// at least 1 ms and shorter than the lease's local lifetime (see
+// WithSafetyMargin). Default TTL/3 (so an auto-renewed lease needs a TTL of
+// at least 3 ms).
 func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
 
 // WithSafetyMargin sets how much earlier than the TTL, on top of the clock
@@ -88,21 +118,22 @@ func WithSafetyMargin(d time.Duration) Option {
 // WithReleaseTimeout bounds each Release call. Release ignores the
 // cancellation of the context it is given (it is often the lease's own,
 // already ended context) and uses this timeout instead. Default
-// DefaultReleaseTimeout (5 s). Like every deadline, it bounds a request
+// DefaultReleaseTimeout (5 s); at least 1 ms. Like every deadline, it bounds a request
 // already on the network only if the go-redis client has
 // ContextTimeoutEnabled.
 func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
 
 // WithMaxWait bounds how long Acquire waits for a busy lease; then it
 // returns an error matching ErrNotAcquired and context.DeadlineExceeded.
-// Default 0: until the context ends. TryAcquire never waits.
+// It must be 0 or at least 1 ms. Default 0: until the context ends.
+// TryAcquire never waits.
 func WithMaxWait(d time.Duration) Option { return func(c *config) { c.maxWait = d } }
 
 // WithMaxHold bounds how long a lease is held in total: the watchdog stops
 // renewing, and the lease context ends with cause ErrMaxHold, d after the
 // acquire request was sent. A holder that is alive but stuck cannot keep the
 // resource forever; unless it releases, the lease expires in Redis at most one
-// TTL after d. Default 0: no limit.
+// TTL after d. It must be 0 or at least 1 ms. Default 0: no limit.
 func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
 
 // WithFair makes Acquire hand the lease to waiters in arrival order: a free
@@ -193,12 +224,18 @@ func (c *config) validate() error {
 	case c.interval() >= c.lifetime():
 		return invalidf("renew interval %v is not below the lease's local lifetime %v (TTL %v)",
 			c.interval(), c.lifetime(), c.ttl)
-	case c.releaseTimeout <= 0:
-		return invalidf("release timeout %v is not positive", c.releaseTimeout)
-	case c.maxWait < 0:
-		return invalidf("max wait %v is negative", c.maxWait)
-	case c.maxHold < 0:
-		return invalidf("max hold %v is negative", c.maxHold)
+	case c.autoRenew && c.interval() < time.Millisecond:
+		// Redis counts TTLs in ms; renewing faster is a busy loop of round
+		// trips (a 1 ns interval sent 7,000 renewals per 500 ms).
+		return invalidf("renew interval %v (default TTL/3) is below 1ms", c.interval())
+	case c.releaseTimeout < time.Millisecond:
+		return invalidf("release timeout %v is below 1ms", c.releaseTimeout)
+	case c.maxWait < 0 || c.maxWait > 0 && c.maxWait < time.Millisecond:
+		return invalidf("max wait %v is not 0 or at least 1ms", c.maxWait)
+	case c.maxHold < 0 || c.maxHold > 0 && c.maxHold < time.Millisecond:
+		return invalidf("max hold %v is not 0 or at least 1ms", c.maxHold)
+	case len(c.holder) > MaxHolder:
+		return invalidf("holder description of %d bytes is over MaxHolder (%d)", len(c.holder), MaxHolder)
 	case c.replicas < 0:
 		return invalidf("replica count %d is negative", c.replicas)
 	case c.replicas > 0 && c.replicaTimeout < time.Millisecond:

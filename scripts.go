@@ -63,20 +63,20 @@ var (
 
 // acquireCall is acquire.lua's call. timeout (the waiter timeout in ms, or
 // 0 for an acquirer that does not wait) and ttl are boxed by the caller once.
-func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, queued bool) call {
+func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, queued bool, holder *string) call {
 	return call{words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
-		owner, ttl, timeout, flag(fair), flag(queued), member}, kind: intReply}
+		owner, ttl, timeout, flag(fair), flag(queued), member, holder}, kind: mixedReply}
 }
 
 // acquireAllCall is acquire_all.lua's call.
-func acquireAllCall(names []resourceKeys, owner, member *string, ttl, timeout any, queued bool) call {
-	words := make([]any, 3, 3+4*len(names)+5)
+func acquireAllCall(names []resourceKeys, owner, member *string, ttl, timeout any, queued bool, holder *string) call {
+	words := make([]any, 3, 3+4*len(names)+6)
 	words[2] = 4 * len(names)
 	for i := range names {
 		k := &names[i]
 		words = append(words, &k.lease, &k.fence, &k.queue, &k.alive)
 	}
-	words = append(words, owner, ttl, timeout, flag(queued), member)
+	words = append(words, owner, ttl, timeout, flag(queued), member, holder)
 	return call{words: words, kind: arrayReply}
 }
 
@@ -150,21 +150,24 @@ func advanceCall(k *resourceKeys, atLeast int64) call {
 }
 
 var (
-	//go:embed lua/leader.lua
-	leaderSrc    string
-	leaderScript = newScript(leaderSrc)
-
-	//go:embed lua/leader_read.lua
-	leaderReadSrc    string
-	leaderReadScript = newScript(leaderReadSrc)
+	//go:embed lua/migrate.lua
+	migrateSrc    string
+	migrateScript = newScript(migrateSrc)
 )
 
-// leaderCall is leader.lua's call: record value for owner's term.
-func leaderCall(k *resourceKeys, owner, value *string) call {
-	return call{words: []any{nil, nil, 2, &k.lease, &k.leader, owner, value}, kind: intReply}
+// migrateCall is migrate.lua's call: fold the old per-resource counter into
+// counter, the slot's.
+func migrateCall(old, counter *string) call {
+	return call{words: []any{nil, nil, 2, old, counter}, kind: intReply}
 }
 
-// leaderReadCall is leader_read.lua's call.
-func leaderReadCall(k *resourceKeys) call {
-	return call{words: []any{nil, nil, 2, &k.lease, &k.leader}, kind: arrayReply}
+var (
+	//go:embed lua/read.lua
+	readSrc    string
+	readScript = newScript(readSrc)
+)
+
+// readCall is read.lua's call: read counter.
+func readCall(counter *string) call {
+	return call{words: []any{nil, nil, 1, counter}, kind: intReply}
 }

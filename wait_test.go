@@ -329,7 +329,7 @@ func TestIntegrationLostReplies(t *testing.T) {
 			l, err := c.TryAcquire(ctx, res)
 			require.NoError(t, err, "the retry with the same owner token resolves it")
 			require.Equal(t, int64(1), l.Fence())
-			require.Equal(t, "1", direct.Get(ctx, "redlease:{"+res+"}:fence").Val(), "one fence drawn")
+			require.Equal(t, "1", direct.Get(ctx, counterKey(res)).Val(), "one fence drawn")
 
 			require.NoError(t, direct.PExpire(ctx, key, 30*time.Second).Err())
 			loseNextReply()

@@ -76,8 +76,10 @@ func (w *waitState) leave() {
 // again at once), or whether the failure is final.
 func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay time.Duration, final bool) {
 	var ue *unreachableError
-	if errors.As(err, &ue) && ctx.Err() != nil && !errors.Is(err, errNoAnswer) {
-		return 0, false // the wait ended during the check: that says nothing of Redis
+	if errors.As(err, &ue) && ctx.Err() != nil && (!errors.Is(err, errNoAnswer) || w.failed != nil) {
+		// The wait ended during the check: that says nothing of Redis, or
+		// less than the failure before it.
+		return 0, false
 	}
 	w.last = err
 	var busy *BusyError

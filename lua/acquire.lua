@@ -1,10 +1,12 @@
 -- acquire: take the lease of one resource if it is free, and draw its fence.
 -- (queue.lua is inserted at the line '--#queue'.)
+-- Go: acquisition.attempt in grant.go.
 --
--- KEYS[1]  lease key  <prefix>{<resource>}:lease  string "<owner>:<fence>" with a TTL
--- KEYS[2]  fence key  <prefix>{<resource>}:fence  integer counter, never expires
--- KEYS[3]  queue key  <prefix>{<resource>}:queue  (see queue.lua)
--- KEYS[4]  alive key  <prefix>{<resource>}:alive  (see queue.lua)
+-- KEYS[1]  lease key    <prefix>{<resource>}:lease  "<owner>:<fence>[:<holder>]" with a TTL
+-- KEYS[2]  fence key    <prefix>{<t>}:fences        the fence counter of the resource's
+--                       hash slot (t hashes to it), never expires
+-- KEYS[3]  queue key    <prefix>{<resource>}:queue  (see queue.lua)
+-- KEYS[4]  alive key    <prefix>{<resource>}:alive  (see queue.lua)
 -- ARGV[1]  owner token (random, unique per logical acquire)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter timeout in ms: when > 0 and the lease is busy, queue the
@@ -12,24 +14,31 @@
 -- ARGV[4]  '1' for a fair acquire: a free lease goes to the first live waiter
 -- ARGV[5]  '1' if the owner may already be queued (not its first attempt)
 -- ARGV[6]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
+-- ARGV[7]  the holder's description, '' for none
 --
--- The reply is one integer, which go-redis reads without allocating:
--- The fence (> 0) when the lease is ours: newly taken (the counter is
--- incremented in the same step, so no lease ever exists without a fence), or
--- already ours because an earlier attempt with the same owner succeeded and its
--- reply was lost (then the TTL is reset and the same fence is returned: a retry
--- never creates a second holder or burns a second fence).
--- -(2 * (pttl + 2) + first) (< 0) when it is not: pttl is the time the holder's
--- lease has left in ms (-1 if someone stored the key without a TTL, 0 if the
--- lease is free but a fair acquire must let an earlier waiter go first);
--- first is 1 if the owner is now the first live waiter in the queue.
+-- When the lease is ours the reply is its fence (> 0), an integer: newly
+-- taken (the slot's counter is incremented in the same step, so no lease
+-- ever exists without a fence, and every new holder of the resource gets a
+-- larger one than every earlier holder), or already ours because an earlier
+-- attempt with the same owner succeeded and its reply was lost (then the TTL
+-- is reset and the same fence is returned: a retry never creates a second
+-- holder or burns a second fence).
+-- When it is not, {pttl, first, holder}: pttl is the time the holder's lease
+-- has left in ms (-1 if someone stored the key without a TTL, 0 if the lease
+-- is free but a fair acquire must let an earlier waiter go first); first is
+-- 1 if the owner is now the first live waiter in the queue; holder is the
+-- holder's description ('' if none).
 local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
 
 local function take()
   local fence = redis.call('INCR', KEYS[2])
-  redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
+  local value = mine .. string.format('%d', fence)
+  if ARGV[7] ~= '' then
+    value = value .. ':' .. ARGV[7]
+  end
+  redis.call('SET', lease, value, 'PX', ARGV[2])
   return fence
 end
 
@@ -39,7 +48,7 @@ end
 local cur = redis.call('GET', lease)
 if cur and string.sub(cur, 1, #mine) == mine then
   redis.call('PEXPIRE', lease, ARGV[2])
-  return tonumber(string.sub(cur, #mine + 1))
+  return tonumber(string.match(cur, '^%d+', #mine + 1))
 end
 if not cur and not queued and ARGV[4] ~= '1' then
   return take()
@@ -57,7 +66,7 @@ local function busy(pttl)
   if queued and first(KEYS[3], KEYS[4]) == member then
     head = 1
   end
-  return -(2 * (pttl + 2) + head)
+  return {pttl, head, cur and string.match(cur, '^[^:]*:%d+:(.*)$') or ''}
 end
 
 if cur then

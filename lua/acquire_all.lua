@@ -1,19 +1,21 @@
 -- acquire_all: take the leases of several resources at once, all or none.
--- (queue.lua is inserted at the line '--#queue'.) All keys must be in one Redis Cluster hash slot;
--- otherwise Redis refuses the script with CROSSSLOT and the client takes the
--- leases one by one in a global order instead.
+-- (queue.lua is inserted at the line '--#queue'.) All keys must be in one
+-- Redis Cluster hash slot; otherwise Redis refuses the script with CROSSSLOT
+-- and the client takes the leases one by one in a global order instead.
+-- Go: acquisition.attempt in grant.go.
 --
 -- KEYS[4i-3..4i]  for the i-th resource: lease, fence, queue and alive keys,
---                 as in acquire.lua
+--                 as in acquire.lua (the fence keys are all the one slot's)
 -- ARGV[1]  owner token, shared by the leases of this set
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter timeout in ms: when > 0, queue the owner on a busy resource
 -- ARGV[4]  '1' if the owner may already be queued somewhere in the set
 -- ARGV[5]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
+-- ARGV[6]  the holder's description, '' for none
 --
 -- Returns {1, fence1, fence2, ...} when every lease is ours (newly taken, or
 -- already ours from an attempt whose reply was lost), each fence drawn from
--- its own resource's counter; or {0, pttl, first, i} when resource i is held
+-- the slot's counter; or {0, pttl, first, i, holder} when resource i is held
 -- by another owner (nothing is taken then), as in acquire.lua.
 --#queue
 local owner, member = ARGV[1], ARGV[5]
@@ -31,7 +33,7 @@ for i = 1, n do
     if timeout > 0 and first(queue, alive) == member then
       head = 1
     end
-    return {0, redis.call('PTTL', KEYS[4 * i - 3]), head, i}
+    return {0, redis.call('PTTL', KEYS[4 * i - 3]), head, i, string.match(cur, '^[^:]*:%d+:(.*)$') or ''}
   end
 end
 local out = {1}
@@ -41,10 +43,14 @@ for i = 1, n do
   local fence
   if cur then
     redis.call('PEXPIRE', lease, ARGV[2])
-    fence = tonumber(string.sub(cur, #mine + 1))
+    fence = tonumber(string.match(cur, '^%d+', #mine + 1))
   else
     fence = redis.call('INCR', KEYS[4 * i - 2])
-    redis.call('SET', lease, mine .. string.format('%d', fence), 'PX', ARGV[2])
+    local value = mine .. string.format('%d', fence)
+    if ARGV[6] ~= '' then
+      value = value .. ':' .. ARGV[6]
+    end
+    redis.call('SET', lease, value, 'PX', ARGV[2])
   end
   if ARGV[4] == '1' and redis.call('ZREM', KEYS[4 * i - 1], member) == 1 then
     redis.call('HDEL', KEYS[4 * i], member)

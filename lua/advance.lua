@@ -1,6 +1,7 @@
--- advance: move a resource's fence counter forward to at least a given value.
+-- advance: move a fence counter forward to at least a given value.
+-- Go: Client.AdvanceFence in fence.go.
 --
--- KEYS[1]  fence key  <prefix>{<resource>}:fence  integer counter, never expires
+-- KEYS[1]  fence key  <prefix>{<t>}:fences  a hash slot's counter, never expires
 -- ARGV[1]  the least value the counter may have afterwards, 1..2^53
 --
 -- Returns the counter's value afterwards, an integer: ARGV[1] if the counter

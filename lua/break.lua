@@ -1,7 +1,8 @@
 -- break: an operator's forced release. (queue.lua is inserted at the line '--#queue'.)
+-- Go: Client.breakLease in admin.go.
 --
 -- KEYS[1]  lease key  <prefix>{<resource>}:lease
--- KEYS[2]  fence key  <prefix>{<resource>}:fence
+-- KEYS[2]  fence key  <prefix>{<t>}:fences  the counter of the resource's slot
 -- KEYS[3]  queue key  <prefix>{<resource>}:queue  (see queue.lua)
 -- KEYS[4]  alive key  <prefix>{<resource>}:alive  (see queue.lua)
 -- ARGV[1]  the fence of the lease to remove, in decimal; '0' for any lease
@@ -23,7 +24,7 @@ local cur = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
 local counter = tonumber(redis.call('GET', KEYS[2])) or 0
 local removed = 0
-if cur and (ARGV[1] == '0' or string.match(cur, ':(%d+)$') == ARGV[1]) then
+if cur and (ARGV[1] == '0' or string.match(cur, '^[^:]*:(%d+)') == ARGV[1]) then
   redis.call('DEL', KEYS[1])
   removed = 1
   wake(KEYS[3], KEYS[4], ARGV[2], ARGV[3])

@@ -2,6 +2,7 @@
 -- only while the lease is still ours. A holder whose lease was still ours
 -- after it drew its fence drew it before any later holder could acquire, so
 -- fences from a monotonic source keep the holder order.
+-- Go: acquisition.drawFences in grant.go.
 --
 -- KEYS[1]  lease key  <prefix>{<resource>}:lease
 -- ARGV[1]  owner token
@@ -9,11 +10,13 @@
 -- ARGV[3]  TTL in milliseconds
 --
 -- Returns 1 if the lease was ours and now stores the fence (with the full
--- TTL again), 0 if it has expired or belongs to another owner.
+-- TTL again, and its holder description as it was), 0 if it has expired or
+-- belongs to another owner.
 local cur = redis.call('GET', KEYS[1])
 local mine = ARGV[1] .. ':'
 if cur and string.sub(cur, 1, #mine) == mine then
-  redis.call('SET', KEYS[1], mine .. ARGV[2], 'PX', ARGV[3])
+  local holder = string.match(cur, '^[^:]*:%d+(:.*)$') or ''
+  redis.call('SET', KEYS[1], mine .. ARGV[2] .. holder, 'PX', ARGV[3])
   return 1
 end
 return 0
