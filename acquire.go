@@ -148,7 +148,7 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 	}
 	var start time.Time // for the observers only: reading the clock is not free
 	if len(cfg.observers) > 0 {
-		start = time.Now()
+		start = c.clk.Now()
 	}
 	var leases []*Lease
 	if wait {
@@ -197,7 +197,7 @@ func newOwner(clientID string) (owner, member string) {
 
 // report sends the acquire events: one per lease taken, or one for the failure.
 func (a *acquisition) report(ctx context.Context, start time.Time, leases []*Lease, err error) {
-	end := time.Now()
+	end := a.c.clk.Now()
 	if err != nil {
 		e := Event{Kind: EventAcquire, Outcome: outcomeOf(err), Resource: a.resources[0], Start: start, End: end, Err: err}
 		var busy *BusyError

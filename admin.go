@@ -200,11 +200,11 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64) (st St
 	if fence < 0 {
 		return Status{}, false, invalidf("negative fence %d", fence)
 	}
-	start := time.Now()
+	start := c.clk.Now()
 	st, removed, err = c.breakLease(ctx, cfg, resource, fence)
 	if len(cfg.observers) > 0 {
 		e := Event{Kind: EventBreak, Outcome: outcomeOf(err), Resource: resource, Owner: st.Owner, Fence: st.Fence,
-			Start: start, End: time.Now(), Err: err}
+			Start: start, End: c.clk.Now(), Err: err}
 		if err == nil && !removed {
 			e.Outcome = OutcomeLost
 		}

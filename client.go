@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlease/redlease/internal/clock"
 	"github.com/redlease/redlease/internal/shared"
 )
 
@@ -24,6 +25,7 @@ type Client struct {
 	err         error   // set by New for a nil client; returned by every call
 	wd          watchdog
 	hub         *hub
+	clk         clock.Clock // the time of the leases' deadlines and renewals
 
 	mu      sync.Mutex
 	leases  map[*Lease]struct{} // the leases Redis may hold, for Close
@@ -46,6 +48,7 @@ type Client struct {
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
 	c.cfg.apply(opts)
+	c.clk = c.cfg.clk
 	defaults := c.cfg
 	if c.defaultsErr = defaults.validate(); c.defaultsErr == nil {
 		c.defaults = &defaults
@@ -55,8 +58,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		return c
 	}
 	c.b = newGoRedis(rdb)
-	c.wd.b = c.b
+	c.wd.b, c.wd.clk = c.b, c.clk
 	c.hub = newHub(c.b)
+	c.hub.clk = c.clk
 	return c
 }
 
@@ -102,6 +106,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Unlock()
 	c.waitBackground(ctx)
 	c.hub.close()
+	c.wd.stop()
 	c.wd.goroutines.Wait()
 	const most = 10
 	if len(errs) > most {
@@ -114,7 +119,7 @@ func (c *Client) Close(ctx context.Context) error {
 // the longest release timeout among them and by ctx's deadline.
 func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 	var (
-		start   = time.Now()
+		start   = c.clk.Now()
 		locked  []*Lease
 		send    []*Lease
 		timeout time.Duration
@@ -307,4 +312,30 @@ func validResource(r string) error {
 func (c *Client) release(ctx context.Context, k *resourceKeys, owner, member *string) (bool, error) {
 	r := c.b.eval(ctx, releaseScript, releaseCall(k, owner, member, c.b.sharded()))
 	return r.n == 1, r.err
+}
+
+// quiet reports whether nothing is due at the Client's clock's now: no
+// renewal due or on its way, and no active lease past its local deadline
+// (its timer has yet to end it). redleasetest waits for it between steps of
+// its fake clock.
+func (c *Client) quiet() bool {
+	if c == nil || c.err != nil {
+		return true
+	}
+	now := c.clk.Now()
+	if !c.wd.quiet(now) {
+		return false
+	}
+	c.mu.Lock()
+	leases := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		leases = append(leases, l)
+	}
+	c.mu.Unlock()
+	for _, l := range leases {
+		if d, active := l.liveUntil(); active && !d.After(now) {
+			return false
+		}
+	}
+	return true
 }

@@ -12,7 +12,7 @@ import (
 
 // attempt runs the acquire script once and grants the leases it took.
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
-	sent := time.Now() // the leases' deadlines count from here (S3)
+	sent := a.c.clk.Now() // the leases' deadlines count from here (S3)
 	r, acked := a.send(ctx)
 	if a.wait && (r.err == nil || a.classify(r.err) != notSent) {
 		a.queued = true // the script ran, or may have
@@ -264,7 +264,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		if err == nil && fence <= 0 {
 			err = errorf("fence source returned %d", fence)
 		}
-		sent := time.Now()
+		sent := a.c.clk.Now()
 		if err == nil {
 			r := a.c.b.eval(ctx, confirmScript, confirmCall(&l.keys, &l.owner, fence, l.cfg.ttlArg))
 			if err = r.err; err == nil && r.n != 1 {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/redlease/redlease/internal/clock"
 )
 
 // The hub: how the waiters of one Client are woken.
@@ -46,6 +48,7 @@ var waiterTimeoutArg any = waiterTimeout.Milliseconds()
 // hub multiplexes the wake channels of one Client's waiters.
 type hub struct {
 	b       backend
+	clk     clock.Clock // of the waiters' timers
 	sharded bool   // Redis Cluster: SSUBSCRIBE, one connection per master
 	id      string // names this Client's wake channels
 
@@ -297,7 +300,7 @@ func (h *hub) releaseLocked(sub *subConn) bool {
 // sleep waits for d, a wake-up (wake may be nil), or the end of ctx (then
 // returning its cause) or of the Client.
 func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(d)
+	t := h.clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -305,7 +308,7 @@ func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) 
 	case <-h.closed:
 		return ErrClientClosed
 	case <-wake:
-	case <-t.C:
+	case <-t.C():
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redlease/redlease/internal/clock"
 )
 
 // Lease is a lease held on one resource. Its methods are safe for concurrent
@@ -26,7 +28,7 @@ type Lease struct {
 	acquired  time.Time // send time of the acquire request
 	deadline  time.Time // local deadline, with a monotonic reading
 	holdUntil time.Time // WithMaxHold's limit; zero if none
-	timer     *time.Timer
+	timer     clock.Timer
 	out       bool // handed out by its acquire call; only then are observers told of it
 
 	// Guarded by c.wd.mu (watchdog.go).
@@ -122,7 +124,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
 	}
-	sent := time.Now() // before the check, as in the watchdog (S4)
+	sent := l.c.clk.Now() // before the check, as in the watchdog (S4)
 	if err := l.activeErr(); err != nil {
 		return err
 	}
@@ -181,7 +183,7 @@ func (l *Lease) release(ctx context.Context) (pending, error) {
 	}
 	var start time.Time // for the observers only
 	if len(l.cfg.observers) > 0 {
-		start = time.Now()
+		start = l.c.clk.Now()
 	}
 	if !l.beginRelease() {
 		return l.releaseEvent(start, l.relErr), l.relErr
@@ -233,7 +235,7 @@ func (l *Lease) releaseEvent(start time.Time, err error) pending {
 	if len(l.cfg.observers) == 0 || l.quiet {
 		return pending{}
 	}
-	now := time.Now()
+	now := l.c.clk.Now()
 	return pending{cfg: l.cfg, e: Event{Kind: EventRelease, Outcome: outcomeOf(err), Resource: l.resource,
 		Owner: l.owner, Fence: l.fence, Start: start, End: now, Held: now.Sub(l.acquired),
 		Overran: l.overran, Err: err}}

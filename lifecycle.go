@@ -71,11 +71,11 @@ func (l *Lease) start(sent time.Time) bool {
 		l.holdUntil = sent.Add(l.cfg.maxHold)
 	}
 	l.deadline = l.capLocked(sent.Add(l.lifetime))
-	left := time.Until(l.deadline)
+	left := l.deadline.Sub(l.c.clk.Now())
 	if left <= 0 {
 		return false
 	}
-	l.timer = time.AfterFunc(left, l.onDeadline)
+	l.timer = l.c.clk.AfterFunc(left, l.onDeadline)
 	return true
 }
 
@@ -86,7 +86,7 @@ func (l *Lease) onDeadline() {
 	var lost pending
 	switch l.state {
 	case stateActive:
-		if left := time.Until(l.deadline); left > 0 { // extended while this call waited for mu
+		if left := l.deadline.Sub(l.c.clk.Now()); left > 0 { // extended while this call waited for mu
 			l.timer.Reset(left)
 			break
 		}
@@ -142,7 +142,7 @@ func (l *Lease) endLocked(s leaseState, cause error) pending {
 	if (s != stateLost && s != stateLapsed) || !l.out || len(l.cfg.observers) == 0 {
 		return pending{}
 	}
-	now := time.Now()
+	now := l.c.clk.Now()
 	outcome := OutcomeLost
 	if s == stateLapsed {
 		outcome = OutcomeExpired
@@ -168,7 +168,7 @@ func (l *Lease) untrackLocked() {
 func (l *Lease) extendLocked(sent time.Time) {
 	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
 		l.deadline = d
-		l.timer.Reset(time.Until(d)) // fires at once if d already passed
+		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
 	}
 }
 
@@ -210,7 +210,7 @@ func (l *Lease) renewed(sent time.Time, ok bool, err error) (events [2]pending, 
 	if len(l.cfg.observers) > 0 && l.state == stateActive {
 		defer func() {
 			events[0] = pending{cfg: l.cfg, ctx: l.ctx, e: Event{Kind: EventRenew, Outcome: outcomeOf(rerr),
-				Resource: l.resource, Owner: l.owner, Fence: l.fence, Start: sent, End: time.Now(), Err: rerr}}
+				Resource: l.resource, Owner: l.owner, Fence: l.fence, Start: sent, End: l.c.clk.Now(), Err: rerr}}
 		}()
 	}
 	switch {

@@ -72,6 +72,13 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	l, err = c.TryAcquire(ctx, "r", WithTTL(50*time.Millisecond))
 	require.NoError(t, err)
 	servertest.WaitDone(t, l.Context(), 10*time.Second)
+	// The timer emits the loss once it has let go of the lease's lock, so
+	// just after the context ended.
+	servertest.WaitFor(t, 5*time.Second, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.events) == 2
+	})
 	require.NoError(t, l.Release(ctx), "miniredis keeps the key without FastForward")
 	require.Equal(t, []string{"acquire:ok", "lost:expired", "release:ok"}, rec.take())
 }

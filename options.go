@@ -2,6 +2,8 @@ package redlease
 
 import (
 	"os"
+
+	"github.com/redlease/redlease/internal/clock"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +44,8 @@ type config struct {
 	replicaTimeout time.Duration
 	fences         FenceSource // nil: the Redis counter
 	holder         string
-	ttlArg         any // ttl in ms, boxed once for the scripts; set by validate
+	clk            clock.Clock // the Client's; only New's options set it
+	ttlArg         any         // ttl in ms, boxed once for the scripts; set by validate
 }
 
 func defaultConfig() config {
@@ -52,7 +55,14 @@ func defaultConfig() config {
 		prefix:         DefaultPrefix,
 		releaseTimeout: DefaultReleaseTimeout,
 		holder:         DefaultHolder(),
+		clk:            clock.Real,
 	}
+}
+
+func init() {
+	// redleasetest runs a Client on a fake clock through this hook.
+	clock.Option = func(c clock.Clock) any { return Option(func(cfg *config) { cfg.clk = c }) }
+	clock.Quiet = func(c any) bool { return c.(*Client).quiet() }
 }
 
 // MaxHolder is the longest holder description, in bytes (WithHolder).

@@ -127,7 +127,7 @@ func (a *acquisition) unreachable(ctx context.Context, w *waitState, err error) 
 	if !w.down.IsZero() {
 		return
 	}
-	w.down = time.Now()
+	w.down = a.c.clk.Now()
 	if len(a.cfg.observers) > 0 {
 		a.cfg.observe(ctx, Event{Kind: EventOutage, Outcome: outcomeOf(err), Resource: a.resources[0],
 			Start: w.down, End: w.down, Err: err})
@@ -141,7 +141,7 @@ func (a *acquisition) answered(ctx context.Context, w *waitState) {
 	}
 	if len(a.cfg.observers) > 0 {
 		a.cfg.observe(ctx, Event{Kind: EventRecovered, Outcome: OutcomeOK, Resource: a.resources[0],
-			Start: w.down, End: time.Now()})
+			Start: w.down, End: a.c.clk.Now()})
 	}
 	w.down = time.Time{}
 }

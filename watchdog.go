@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/redlease/redlease/internal/clock"
 )
 
 // The watchdog renews the auto-renewed leases of one Client. One goroutine
@@ -25,12 +27,14 @@ import (
 // Lease.renewed (lifecycle.go) turns the reply into a longer deadline or a
 // loss.
 type watchdog struct {
-	b backend
+	b   backend
+	clk clock.Clock
 
 	mu         sync.Mutex
 	queue      renewQueue
 	inflight   int       // batches being sent
 	running    bool      // the loop goroutine exists
+	stopped    bool      // Client.Close: end the loop once nothing is left, without lingering
 	sleepUntil time.Time // when the loop wakes by itself; zero: only when signalled
 	wake       chan struct{}
 
@@ -82,7 +86,7 @@ func (w *watchdog) unschedule(l *Lease) {
 		return
 	}
 	heap.Remove(&w.queue, l.index)
-	if len(w.queue) == 0 && w.inflight == 0 && time.Until(w.sleepUntil) > watchdogLinger {
+	if len(w.queue) == 0 && w.inflight == 0 && w.sleepUntil.Sub(w.clk.Now()) > watchdogLinger {
 		w.signalLocked() // so that the loop lingers, then ends, on time
 	}
 }
@@ -101,7 +105,7 @@ const watchdogLinger = 50 * time.Millisecond
 
 func (w *watchdog) loop() {
 	defer w.goroutines.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := w.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	var idleSince time.Time
 	for {
@@ -115,7 +119,7 @@ func (w *watchdog) loop() {
 		case wait >= 0:
 			timer.Reset(wait)
 			select {
-			case <-timer.C:
+			case <-timer.C():
 			case <-w.wake:
 			}
 		default:
@@ -128,7 +132,7 @@ func (w *watchdog) loop() {
 // loop may sleep (wait < 0: until woken), or that it is done: no lease to
 // renew since *idleSince for watchdogLinger.
 func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration, done bool) {
-	now := time.Now()
+	now := w.clk.Now()
 	wait = -1
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -137,7 +141,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		if idleSince.IsZero() {
 			*idleSince = now
 		}
-		if wait = watchdogLinger - now.Sub(*idleSince); wait <= 0 {
+		if wait = watchdogLinger - now.Sub(*idleSince); wait <= 0 || w.stopped {
 			w.running, w.sleepUntil = false, time.Time{}
 			return nil, 0, true
 		}
@@ -184,7 +188,7 @@ func (w *watchdog) renew(batch []*Lease) {
 func (w *watchdog) renewBatch(batch []*Lease) []pending {
 	// The send time is taken before the check: a renewal goes out only for a
 	// lease that was still active at its send time (S4).
-	sent := time.Now()
+	sent := w.clk.Now()
 	live := batch[:0]
 	var first time.Time // the earliest local deadline among them
 	for _, l := range batch {
@@ -219,7 +223,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 				again = append(again, requeue{l, next})
 			}
 		} else if errs[i] != nil { // request failed: try again while time is left
-			at := time.Now().Add(max(l.interval/4, time.Millisecond))
+			at := w.clk.Now().Add(max(l.interval/4, time.Millisecond))
 			if at.Before(l.Deadline()) {
 				again = append(again, requeue{l, at})
 			}
@@ -250,7 +254,7 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []er
 	// allows, so a retry never renews in Redis a lease whose holder has
 	// already been told it is lost (S4). go-redis's own timeouts may end it
 	// sooner.
-	ctx, cancel := context.WithDeadline(context.Background(), first)
+	ctx, cancel := context.WithTimeout(context.Background(), first.Sub(w.clk.Now())) // first is on w.clk
 	defer cancel()
 	calls := func(i int) call { return refreshCall(&leases[i].keys, &leases[i].owner, leases[i].cfg.ttlArg) }
 	for i, r := range w.b.evalAll(ctx, refreshScript, len(leases), calls) {
@@ -282,4 +286,23 @@ func (q *renewQueue) Pop() any {
 	l.index = -1
 	*q = old[:n-1]
 	return l
+}
+
+// quiet reports whether no renewal is due at now (within the tenth of its
+// interval by which the loop batches them) or on its way.
+func (w *watchdog) quiet(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inflight == 0 && (len(w.queue) == 0 || w.queue[0].renewAt.Sub(now) > w.queue[0].interval/10)
+}
+
+// stop makes the loop end as soon as no lease is left to renew, instead of
+// lingering: Close has released them all.
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.wake != nil {
+		w.signalLocked()
+	}
 }
