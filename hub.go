@@ -49,8 +49,8 @@ var waiterTimeoutArg any = waiterTimeout.Milliseconds()
 type hub struct {
 	b       backend
 	clk     clock.Clock // of the waiters' timers
-	sharded bool   // Redis Cluster: SSUBSCRIBE, one connection per master
-	id      string // names this Client's wake channels
+	sharded bool        // Redis Cluster: SSUBSCRIBE, one connection per master
+	id      string      // names this Client's wake channels
 
 	mu     sync.Mutex
 	subs   map[string]*subConn // by node address ("" without Cluster)
