@@ -73,7 +73,7 @@ func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) (
 	for i, r := range resources {
 		names[i] = keys(cfg.prefix, r)
 	}
-	replies := c.b.evalAll(ctx, inspectScript, len(resources), func(i int) call { return inspectCall(&names[i]) })
+	replies := c.b.evalAll(ctx, len(resources), func(i int) call { return inspectCall(&names[i]) })
 	out := make([]Status, len(resources))
 	for i, r := range resources {
 		if err := replies[i].err; err != nil {
@@ -216,7 +216,7 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64) (st St
 // breakLease runs break.lua.
 func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, fence int64) (Status, bool, error) {
 	k := keys(cfg.prefix, resource)
-	r := c.b.eval(ctx, breakScript, breakCall(&k, strconv.FormatInt(fence, 10), c.b.sharded()))
+	r := c.b.eval(ctx, breakCall(&k, strconv.FormatInt(fence, 10), c.b.sharded()))
 	if r.err != nil {
 		return Status{}, false, requestError("break", resource, c.b.classify(r.err), r.err)
 	}

@@ -15,17 +15,17 @@ import (
 // Every script runs by EVALSHA and, if the server has lost its script cache
 // (NOSCRIPT), again by EVAL; each implementation does that in one place.
 type backend interface {
-	// eval runs s once with the command words of c (see call).
-	eval(ctx context.Context, s *script, c call) reply
-	// evalAll runs s once per call calls(i), i < n, in pipelines of at most
-	// maxBatch commands. On Redis Cluster a pipeline is split by node.
-	// Every run gets a reply or an error of its own.
-	evalAll(ctx context.Context, s *script, n int, calls func(i int) call) []reply
-	// evalAcked runs s with c and then WAIT replicas timeout, in one round
-	// trip to the master that owns the keys of c, so that WAIT covers the
-	// script's writes. It returns the script's reply and how many replicas
+	// eval runs c (a script and its command words) once.
+	eval(ctx context.Context, c call) reply
+	// evalAll runs calls(i), i < n, in pipelines of at most maxBatch
+	// commands. On Redis Cluster a pipeline is split by node. Every run gets
+	// a reply or an error of its own.
+	evalAll(ctx context.Context, n int, calls func(i int) call) []reply
+	// evalAcked runs c and then WAIT replicas timeout, in one round trip to
+	// the master that owns the keys of c, so that WAIT covers the script's
+	// writes. It returns the script's reply and how many replicas
 	// acknowledged.
-	evalAcked(ctx context.Context, s *script, c call, replicas int, timeout time.Duration) (reply, int64)
+	evalAcked(ctx context.Context, c call, replicas int, timeout time.Duration) (reply, int64)
 	// scan calls fn with each batch of keys that SCAN finds for match on
 	// every master, stopping at fn's first error.
 	scan(ctx context.Context, match string, fn func(keys []string) error) error
@@ -57,6 +57,7 @@ type backend interface {
 // holds without allocating. The builder of each script's call sits beside
 // the script in scripts.go.
 type call struct {
+	s     *script
 	words []any
 	kind  replyKind
 }

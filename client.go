@@ -149,7 +149,7 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 			defer cancelAt()
 		}
 		calls := func(i int) call { return releaseCall(&send[i].keys, &send[i].owner, &noMember, c.b.sharded()) }
-		for i, r := range c.b.evalAll(rctx, releaseScript, len(send), calls) {
+		for i, r := range c.b.evalAll(rctx, len(send), calls) {
 			ev, err := send[i].endRelease(start, r.n == 1, r.err)
 			if err != nil {
 				errs = append(errs, err)
@@ -310,7 +310,7 @@ func validResource(r string) error {
 // queue if member may be waiting there (&noMember if not), wake the next
 // waiter.
 func (c *Client) release(ctx context.Context, k *resourceKeys, owner, member *string) (bool, error) {
-	r := c.b.eval(ctx, releaseScript, releaseCall(k, owner, member, c.b.sharded()))
+	r := c.b.eval(ctx, releaseCall(k, owner, member, c.b.sharded()))
 	return r.n == 1, r.err
 }
 

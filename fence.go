@@ -75,7 +75,7 @@ func (c *Client) AdvanceFence(ctx context.Context, resource string, atLeast int6
 		return 0, errorf("advance fence of %s: %w", quote(resource), invalidf("%d is not in 1..MaxFence (2^53)", atLeast))
 	}
 	k := keys(cfg.prefix, resource)
-	r := c.b.eval(ctx, advanceScript, advanceCall(&k, atLeast))
+	r := c.b.eval(ctx, advanceCall(&k, atLeast))
 	if r.err != nil {
 		return 0, requestError("advance fence of", resource, c.b.classify(r.err), r.err)
 	}
@@ -127,7 +127,7 @@ func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) er
 		if len(counters) == 0 {
 			return nil
 		}
-		replies := c.b.evalAll(ctx, readScript, len(counters), func(i int) call { return readCall(&counters[i].Key) })
+		replies := c.b.evalAll(ctx, len(counters), func(i int) call { return readCall(&counters[i].Key) })
 		for i, r := range replies {
 			if r.err != nil {
 				return errorf("scan fences: %w", r.err)
@@ -160,7 +160,7 @@ func (c *Client) MigrateFences(ctx context.Context) (int, error) {
 			return nil
 		}
 		counter := slotCounter(c.cfg.prefix, fc.Slot)
-		if r := c.b.eval(ctx, migrateScript, migrateCall(&fc.Key, &counter)); r.err != nil {
+		if r := c.b.eval(ctx, migrateCall(&fc.Key, &counter)); r.err != nil {
 			return errorf("migrate the fence counter of %s: %w", quote(fc.Resource), r.err)
 		}
 		n++

@@ -49,7 +49,8 @@ func newGoRedis(rdb redis.UniversalClient) *goRedis {
 
 // command builds the go-redis command of one run of s: EVALSHA and the
 // hash, or with source, EVAL and the script.
-func (s *script) command(ctx context.Context, c call, source bool) redis.Cmder {
+func (c call) command(ctx context.Context, source bool) redis.Cmder {
+	s := c.s
 	if source {
 		c.words[0], c.words[1] = "eval", s.src
 	} else {
@@ -107,22 +108,22 @@ func noScript(cmd redis.Cmder) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-func (g *goRedis) eval(ctx context.Context, s *script, c call) reply {
-	cmd := s.command(ctx, c, false)
+func (g *goRedis) eval(ctx context.Context, c call) reply {
+	cmd := c.command(ctx, false)
 	_ = g.rdb.Process(ctx, cmd)
 	if noScript(cmd) {
 		// A copy: the first command keeps its own words.
-		cmd = s.command(ctx, call{words: slices.Clone(c.words), kind: c.kind}, true)
+		cmd = call{s: c.s, words: slices.Clone(c.words), kind: c.kind}.command(ctx, true)
 		_ = g.rdb.Process(ctx, cmd)
 	}
 	g.note(cmd.Err())
 	return replyOf(cmd)
 }
 
-func (g *goRedis) evalAll(ctx context.Context, s *script, n int, calls func(i int) call) []reply {
+func (g *goRedis) evalAll(ctx context.Context, n int, calls func(i int) call) []reply {
 	out := make([]reply, n)
 	if n == 1 {
-		out[0] = g.eval(ctx, s, calls(0))
+		out[0] = g.eval(ctx, calls(0))
 		return out
 	}
 	cmds := make([]redis.Cmder, min(n, maxBatch))
@@ -130,7 +131,7 @@ func (g *goRedis) evalAll(ctx context.Context, s *script, n int, calls func(i in
 		batch := cmds[:min(maxBatch, n-from)]
 		pipe := g.rdb.Pipeline()
 		for i := range batch {
-			batch[i] = s.command(ctx, calls(from+i), false)
+			batch[i] = calls(from + i).command(ctx, false)
 			_ = pipe.Process(ctx, batch[i])
 		}
 		_, _ = pipe.Exec(ctx)
@@ -140,7 +141,7 @@ func (g *goRedis) evalAll(ctx context.Context, s *script, n int, calls func(i in
 				if again == nil {
 					again = g.rdb.Pipeline()
 				}
-				batch[i] = s.command(ctx, calls(from+i), true)
+				batch[i] = calls(from + i).command(ctx, true)
 				_ = again.Process(ctx, batch[i])
 			}
 		}
@@ -155,7 +156,7 @@ func (g *goRedis) evalAll(ctx context.Context, s *script, n int, calls func(i in
 	return out
 }
 
-func (g *goRedis) evalAcked(ctx context.Context, s *script, c call, replicas int, timeout time.Duration) (reply, int64) {
+func (g *goRedis) evalAcked(ctx context.Context, c call, replicas int, timeout time.Duration) (reply, int64) {
 	conn := redis.Cmdable(g.rdb)
 	if g.cluster != nil {
 		key, _ := c.words[3].(*string) // the first key
@@ -171,7 +172,7 @@ func (g *goRedis) evalAcked(ctx context.Context, s *script, c call, replicas int
 		if source {
 			words = slices.Clone(words)
 		}
-		cmd := s.command(ctx, call{words: words, kind: c.kind}, source)
+		cmd := call{s: c.s, words: words, kind: c.kind}.command(ctx, source)
 		_ = pipe.Process(ctx, cmd)
 		wait := waitCmd(ctx, pipe, replicas, timeout)
 		_, _ = pipe.Exec(ctx)

@@ -33,24 +33,23 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 }
 
 // call is the attempt's script call.
-func (a *acquisition) call() (*script, call) {
+func (a *acquisition) call() call {
 	timeout := any(0)
 	if a.wait {
 		timeout = waiterTimeoutArg
 	}
 	if len(a.resources) == 1 {
-		return acquireScript, acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued, &a.cfg.holder)
+		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued, &a.cfg.holder)
 	}
-	return acquireAllScript, acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.queued, &a.cfg.holder)
+	return acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.queued, &a.cfg.holder)
 }
 
-// run sends the attempt's script s with c, with WAIT when WithReplicaAck
-// asks.
-func (a *acquisition) run(ctx context.Context, s *script, c call) (reply, int64) {
+// run sends the attempt's call c, with WAIT when WithReplicaAck asks.
+func (a *acquisition) run(ctx context.Context, c call) (reply, int64) {
 	if a.cfg.replicas > 0 {
-		return a.c.b.evalAcked(ctx, s, c, a.cfg.replicas, a.cfg.replicaTimeout)
+		return a.c.b.evalAcked(ctx, c, a.cfg.replicas, a.cfg.replicaTimeout)
 	}
-	return a.c.b.eval(ctx, s, c), 0
+	return a.c.b.eval(ctx, c), 0
 }
 
 // send runs the attempt, by ctx's deadline, after making sure that Redis
@@ -65,9 +64,9 @@ func (a *acquisition) run(ctx context.Context, s *script, c call) (reply, int64)
 // is then of unknown outcome, and whatever it did is undone by a release
 // once it returns.
 func (a *acquisition) send(ctx context.Context) (reply, int64) {
-	s, c := a.call() // here: the goroutine below must not read a
+	c := a.call() // here: the goroutine below must not read a
 	if _, ok := ctx.Deadline(); !ok || a.c.b.bounded() {
-		return a.checkAndRun(ctx, s, c, nil)
+		return a.checkAndRun(ctx, c, nil)
 	}
 	var (
 		mu        sync.Mutex
@@ -78,7 +77,7 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 		done      = make(chan struct{})
 	)
 	started := a.c.spawn(func() {
-		rr, n := a.checkAndRun(ctx, s, c, func() bool {
+		rr, n := a.checkAndRun(ctx, c, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			sending = !abandoned
@@ -96,7 +95,7 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 		}
 	})
 	if !started { // Close is under way: no goroutine of the Client's may start
-		return a.checkAndRun(ctx, s, c, nil)
+		return a.checkAndRun(ctx, c, nil)
 	}
 	select {
 	case <-done:
@@ -119,7 +118,7 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 
 // checkAndRun checks that Redis can be reached and then, if proceed (nil:
 // always) agrees, runs the attempt.
-func (a *acquisition) checkAndRun(ctx context.Context, s *script, c call, proceed func() bool) (reply, int64) {
+func (a *acquisition) checkAndRun(ctx context.Context, c call, proceed func() bool) (reply, int64) {
 	if err := a.c.b.connect(ctx, a.names[0].lease); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = errorf("%w: %w", errNoAnswer, err)
@@ -129,7 +128,7 @@ func (a *acquisition) checkAndRun(ctx context.Context, s *script, c call, procee
 	if proceed != nil && !proceed() {
 		return reply{err: &unreachableError{context.Cause(ctx)}}, 0
 	}
-	return a.run(ctx, s, c)
+	return a.run(ctx, c)
 }
 
 // decode reads an acquire script's reply (see lua/acquire.lua and
@@ -266,7 +265,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		}
 		sent := a.c.clk.Now()
 		if err == nil {
-			r := a.c.b.eval(ctx, confirmScript, confirmCall(&l.keys, &l.owner, fence, l.cfg.ttlArg))
+			r := a.c.b.eval(ctx, confirmCall(&l.keys, &l.owner, fence, l.cfg.ttlArg))
 			if err = r.err; err == nil && r.n != 1 {
 				err = ErrLeaseLost
 			}

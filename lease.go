@@ -128,7 +128,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if err := l.activeErr(); err != nil {
 		return err
 	}
-	r := l.c.b.eval(ctx, refreshScript, refreshCall(&l.keys, &l.owner, l.cfg.ttlArg))
+	r := l.c.b.eval(ctx, refreshCall(&l.keys, &l.owner, l.cfg.ttlArg))
 	events, err := l.renewed(sent, r.n == 1, r.err)
 	for _, p := range events {
 		p.emit(ctx)

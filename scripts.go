@@ -10,7 +10,8 @@ import (
 // Every script redlease runs, and the builder of its call beside it. Each
 // script's header (in lua/) states its keys, arguments and reply; a builder
 // lists them in the same order, so the two are kept in step in one place.
-// Scripts run through backend.eval (EVALSHA, EVAL after NOSCRIPT).
+// A call names its script; it runs through backend.eval (EVALSHA, EVAL
+// after NOSCRIPT).
 
 // script is one Lua script. hash and src are EVALSHA's and EVAL's second
 // words, boxed once.
@@ -64,7 +65,7 @@ var (
 // acquireCall is acquire.lua's call. timeout (the waiter timeout in ms, or
 // 0 for an acquirer that does not wait) and ttl are boxed by the caller once.
 func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, queued bool, holder *string) call {
-	return call{words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
+	return call{s: acquireScript, words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
 		owner, ttl, timeout, flag(fair), flag(queued), member, holder}, kind: mixedReply}
 }
 
@@ -77,7 +78,7 @@ func acquireAllCall(names []resourceKeys, owner, member *string, ttl, timeout an
 		words = append(words, &k.lease, &k.fence, &k.queue, &k.alive)
 	}
 	words = append(words, owner, ttl, timeout, flag(queued), member, holder)
-	return call{words: words, kind: arrayReply}
+	return call{s: acquireAllScript, words: words, kind: arrayReply}
 }
 
 var (
@@ -88,7 +89,7 @@ var (
 
 // confirmCall is confirm.lua's call: record fence in owner's lease.
 func confirmCall(k *resourceKeys, owner *string, fence int64, ttl any) call {
-	return call{words: []any{nil, nil, 1, &k.lease, owner, fence, ttl}, kind: intReply}
+	return call{s: confirmScript, words: []any{nil, nil, 1, &k.lease, owner, fence, ttl}, kind: intReply}
 }
 
 var (
@@ -99,7 +100,7 @@ var (
 
 // refreshCall is refresh.lua's call, for Refresh and the watchdog.
 func refreshCall(k *resourceKeys, owner *string, ttl any) call {
-	return call{words: []any{nil, nil, 1, &k.lease, owner, ttl}, kind: intReply}
+	return call{s: refreshScript, words: []any{nil, nil, 1, &k.lease, owner, ttl}, kind: intReply}
 }
 
 var (
@@ -111,7 +112,7 @@ var (
 // releaseCall is release.lua's call; member is &noMember for an owner that
 // is not queued.
 func releaseCall(k *resourceKeys, owner, member *string, sharded bool) call {
-	return call{words: []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released,
+	return call{s: releaseScript, words: []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released,
 		owner, &k.wake, flag(sharded), member}, kind: intReply}
 }
 
@@ -123,7 +124,7 @@ var (
 
 // breakCall is break.lua's call; fence is "0" for any lease.
 func breakCall(k *resourceKeys, fence string, sharded bool) call {
-	return call{words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
+	return call{s: breakScript, words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
 		fence, &k.wake, flag(sharded)}, kind: arrayReply}
 }
 
@@ -135,7 +136,7 @@ var (
 
 // inspectCall is inspect.lua's call.
 func inspectCall(k *resourceKeys) call {
-	return call{words: []any{nil, nil, 3, &k.lease, &k.fence, &k.queue}, kind: arrayReply}
+	return call{s: inspectScript, words: []any{nil, nil, 3, &k.lease, &k.fence, &k.queue}, kind: arrayReply}
 }
 
 var (
@@ -146,7 +147,7 @@ var (
 
 // advanceCall is advance.lua's call.
 func advanceCall(k *resourceKeys, atLeast int64) call {
-	return call{words: []any{nil, nil, 1, &k.fence, atLeast}, kind: intReply}
+	return call{s: advanceScript, words: []any{nil, nil, 1, &k.fence, atLeast}, kind: intReply}
 }
 
 var (
@@ -158,7 +159,7 @@ var (
 // migrateCall is migrate.lua's call: fold the old per-resource counter into
 // counter, the slot's.
 func migrateCall(old, counter *string) call {
-	return call{words: []any{nil, nil, 2, old, counter}, kind: intReply}
+	return call{s: migrateScript, words: []any{nil, nil, 2, old, counter}, kind: intReply}
 }
 
 var (
@@ -169,5 +170,5 @@ var (
 
 // readCall is read.lua's call: read counter.
 func readCall(counter *string) call {
-	return call{words: []any{nil, nil, 1, counter}, kind: intReply}
+	return call{s: readScript, words: []any{nil, nil, 1, counter}, kind: intReply}
 }
