@@ -26,7 +26,7 @@ import (
 // client does not bound requests by their context (ContextTimeoutEnabled).
 // The lease's context keeps the values of ctx but not its cancellation.
 func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	ls, err := c.acquire(ctx, []string{resource}, opts, false) // the slice does not escape
+	ls, err := c.acquire(ctx, []string{resource}, opts, false, kindExclusive, 0) // the slice does not escape
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option
 // unknown outcomes are resolved as in TryAcquire, retrying with the same
 // owner token for as long as ctx allows.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	ls, err := c.acquire(ctx, []string{resource}, opts, true) // the slice does not escape
+	ls, err := c.acquire(ctx, []string{resource}, opts, true, kindExclusive, 0) // the slice does not escape
 	if err != nil {
 		return nil, err
 	}
@@ -70,13 +70,13 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (
 // each other in a cycle, and releases those it took if one cannot be had.
 // A resource named twice, and WithFair, are invalid here.
 func (c *Client) AcquireAll(ctx context.Context, resources []string, opts ...Option) ([]*Lease, error) {
-	return c.acquire(ctx, resources, opts, true)
+	return c.acquire(ctx, resources, opts, true, kindExclusive, 0)
 }
 
 // TryAcquireAll is AcquireAll without waiting: if any resource is held, it
 // takes none and returns a *BusyError naming it.
 func (c *Client) TryAcquireAll(ctx context.Context, resources []string, opts ...Option) ([]*Lease, error) {
-	return c.acquire(ctx, resources, opts, false)
+	return c.acquire(ctx, resources, opts, false, kindExclusive, 0)
 }
 
 // Do acquires the lease of resource (waiting as Acquire does), runs fn with
@@ -113,6 +113,10 @@ type acquisition struct {
 	names     []resourceKeys
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue
+	kind      leaseKind
+	permits   int         // kindPermit: how many the semaphore has
+	permit    int         // kindPermit: the one the attempt got
+	sk        *sharedKeys // a shared lease's keys
 
 	// The storage of an acquisition of one resource, the common case, so
 	// that the acquisition is one allocation.
@@ -122,10 +126,13 @@ type acquisition struct {
 	lease    [1]*Lease
 }
 
-func (c *Client) acquire(ctx context.Context, resources []string, opts []Option, wait bool) ([]*Lease, error) {
+func (c *Client) acquire(ctx context.Context, resources []string, opts []Option, wait bool, kind leaseKind, permits int) ([]*Lease, error) {
 	cfg, err := c.leaseConfig(resources, opts)
 	if err != nil {
 		return nil, err
+	}
+	if kind != kindExclusive && cfg.fences != nil {
+		return nil, invalidf("WithFenceSource does not apply to shared leases")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, notAcquired(resources[0], context.Cause(ctx))
@@ -135,11 +142,14 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
-	a := &acquisition{c: c, cfg: cfg, wait: wait}
+	a := &acquisition{c: c, cfg: cfg, wait: wait, kind: kind, permits: permits}
 	a.owner, a.member = newOwner(c.hub.id)
 	if len(resources) == 1 {
 		a.resource[0], a.name[0] = resources[0], keys(cfg.prefix, resources[0])
 		a.resources, a.names = a.resource[:], a.name[:]
+		if kind != kindExclusive {
+			a.sk = newSharedKeys(cfg.prefix, resources[0])
+		}
 	} else {
 		a.resources, a.names = slices.Clone(resources), make([]resourceKeys, len(resources))
 		for i, r := range resources {
@@ -222,7 +232,7 @@ func (c *Client) acquireInOrder(ctx context.Context, resources []string, opts []
 	slices.SortFunc(order, func(i, j int) int { return strings.Compare(resources[i], resources[j]) })
 	leases := make([]*Lease, len(resources))
 	for _, i := range order {
-		ls, err := c.acquire(ctx, resources[i:i+1], opts, wait)
+		ls, err := c.acquire(ctx, resources[i:i+1], opts, wait, kindExclusive, 0)
 		if err != nil {
 			for _, l := range leases {
 				if l != nil {
@@ -319,6 +329,6 @@ func (a *acquisition) undo(ctx context.Context) {
 // and the waiter timeout clean up after it.
 func (a *acquisition) leave(ctx context.Context) {
 	for i := range a.resources {
-		_, _ = a.c.release(ctx, &a.names[i], &a.owner, &a.member)
+		_ = a.c.b.eval(ctx, releaseCallOf(a.kind, &a.names[i], a.sk, &a.owner, &a.member, &noMember, a.c.b.sharded()))
 	}
 }

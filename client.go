@@ -148,7 +148,7 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 			rctx, cancelAt = context.WithDeadline(rctx, deadline)
 			defer cancelAt()
 		}
-		calls := func(i int) call { return releaseCall(&send[i].keys, &send[i].owner, &noMember, c.b.sharded()) }
+		calls := func(i int) call { return send[i].releaseCall(&noMember) }
 		for i, r := range c.b.evalAll(rctx, len(send), calls) {
 			ev, err := send[i].endRelease(start, r.n == 1, r.err)
 			if err != nil {
@@ -304,14 +304,6 @@ func validResource(r string) error {
 		return invalidf("resource name %s begins with '}'", quote(r))
 	}
 	return nil
-}
-
-// release runs the release script for owner: compare-and-delete, leave the
-// queue if member may be waiting there (&noMember if not), wake the next
-// waiter.
-func (c *Client) release(ctx context.Context, k *resourceKeys, owner, member *string) (bool, error) {
-	r := c.b.eval(ctx, releaseCall(k, owner, member, c.b.sharded()))
-	return r.n == 1, r.err
 }
 
 // quiet reports whether nothing is due at the Client's clock's now: no

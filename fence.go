@@ -127,7 +127,7 @@ func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) er
 		if len(counters) == 0 {
 			return nil
 		}
-		replies := c.b.evalAll(ctx, len(counters), func(i int) call { return readCall(&counters[i].Key) })
+		replies := c.b.evalAll(ctx, len(counters), func(i int) call { return counterCall(&counters[i].Key) })
 		for i, r := range replies {
 			if r.err != nil {
 				return errorf("scan fences: %w", r.err)

@@ -131,7 +131,7 @@ func (g *goRedis) evalAll(ctx context.Context, n int, calls func(i int) call) []
 		batch := cmds[:min(maxBatch, n-from)]
 		pipe := g.rdb.Pipeline()
 		for i := range batch {
-			batch[i] = calls(from + i).command(ctx, false)
+			batch[i] = calls(from+i).command(ctx, false)
 			_ = pipe.Process(ctx, batch[i])
 		}
 		_, _ = pipe.Exec(ctx)
@@ -141,7 +141,7 @@ func (g *goRedis) evalAll(ctx context.Context, n int, calls func(i int) call) []
 				if again == nil {
 					again = g.rdb.Pipeline()
 				}
-				batch[i] = calls(from + i).command(ctx, true)
+				batch[i] = calls(from+i).command(ctx, true)
 				_ = again.Process(ctx, batch[i])
 			}
 		}

@@ -20,7 +20,11 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	fences, err := a.decode(r)
+	decode := a.decode
+	if a.kind == kindPermit || a.kind == kindRead {
+		decode = a.decodeShared
+	}
+	fences, err := decode(r)
 	if err != nil {
 		return nil, err
 	}
@@ -37,6 +41,9 @@ func (a *acquisition) call() call {
 	timeout := any(0)
 	if a.wait {
 		timeout = waiterTimeoutArg
+	}
+	if a.kind != kindExclusive {
+		return a.sharedCall(timeout)
 	}
 	if len(a.resources) == 1 {
 		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued, &a.cfg.holder)
@@ -209,8 +216,8 @@ func (a *acquisition) grant(ctx context.Context, sent time.Time, fences []int64)
 	if len(a.resources) > 1 {
 		leases = make([]*Lease, len(a.resources))
 	}
-	for i, r := range a.resources {
-		leases[i] = a.c.newLease(ctx, a.cfg, r, &a.names[i], a.owner, fences[i])
+	for i := range a.resources {
+		leases[i] = a.newLease(ctx, i, fences[i])
 	}
 	for _, l := range leases { // 1
 		if !l.start(sent) {

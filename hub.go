@@ -198,6 +198,15 @@ func (h *hub) deliver(channel, owner string) {
 	if ch == nil {
 		return
 	}
+	if owner == "*" { // a writer's release: every waiting reader may go
+		for _, wake := range ch.waiters {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
 	wake := ch.waiters[owner]
 	if wake == nil { // another Client's waiter, or ours about to join
 		ch.missed[ch.next] = owner

@@ -18,6 +18,17 @@ import "strings"
 //	<prefix>{R}:released  the last released lease, for the time it had left
 //	<prefix>{R}:wake:<id> the wake channel of the waiters of Client <id>
 //
+// A semaphore's and read/write leases' (shared_lease.go, and the headers of
+// their scripts) live as long as their longest holder or waiter:
+//
+//	<prefix>{R}:permits   a semaphore's permits and their expiries
+//	<prefix>{R}:holders   a semaphore's holders, and its number of permits
+//	<prefix>{R}:writer    the write lease
+//	<prefix>{R}:wreleased the last released write lease
+//	<prefix>{R}:readers   the read leases and their expiries
+//	<prefix>{R}:readinfo  the read leases' fences and holders
+//	<prefix>{R}:readq     the waiting readers
+//
 // The fence counter is the one key without a TTL, and there is one per
 // Redis Cluster hash slot, not per resource, so that what stays in Redis
 // does not grow with the number of resources ever leased: at most 16,384
@@ -36,7 +47,15 @@ const (
 	kindReleased = "released"
 	kindWake     = "wake"
 	kindFences   = "fences" // a hash slot's fence counter
-	kindFence    = "fence"  // a resource's fence counter, before the per-slot counter
+
+	kindPermits       = "permits"
+	kindHolders       = "holders"
+	kindWriter        = "writer"
+	kindWriteReleased = "wreleased"
+	kindReaders       = "readers"
+	kindReadInfo      = "readinfo"
+	kindReadQueue     = "readq"
+	kindFence         = "fence" // a resource's fence counter, before the per-slot counter
 )
 
 // numSlots is the number of Redis Cluster hash slots.

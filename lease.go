@@ -11,16 +11,20 @@ import (
 // Lease is a lease held on one resource. Its methods are safe for concurrent
 // use. A Lease must not be copied.
 type Lease struct {
-	c        *Client
-	cfg      *config // shared; never modified
-	resource string
-	keys     resourceKeys
-	owner    string
-	fence    int64 // set before the lease is handed out; then read-only
-	lifetime time.Duration
-	interval time.Duration
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
+	c         *Client
+	cfg       *config // shared; never modified
+	resource  string
+	keys      resourceKeys
+	owner     string
+	fence     int64 // set before the lease is handed out; then read-only
+	kind      leaseKind
+	permit    int         // kindPermit: which permit
+	permitArg any         // permit, boxed once for the scripts
+	sk        *sharedKeys // the keys of a shared lease; nil for an exclusive one
+	lifetime  time.Duration
+	interval  time.Duration
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
 
 	// The lease's state (lifecycle.go).
 	mu        sync.Mutex
@@ -128,7 +132,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if err := l.activeErr(); err != nil {
 		return err
 	}
-	r := l.c.b.eval(ctx, refreshCall(&l.keys, &l.owner, l.cfg.ttlArg))
+	r := l.c.b.eval(ctx, l.refreshCall())
 	events, err := l.renewed(sent, r.n == 1, r.err)
 	for _, p := range events {
 		p.emit(ctx)
@@ -192,8 +196,8 @@ func (l *Lease) release(ctx context.Context) (pending, error) {
 	defer cancel()
 	// The acquire script took the owner out of the queue when it granted the
 	// lease: a holder is never queued.
-	deleted, err := l.c.release(rctx, &l.keys, &l.owner, &noMember)
-	return l.endRelease(start, deleted, err)
+	r := l.c.b.eval(rctx, l.releaseCall(&noMember))
+	return l.endRelease(start, r.n == 1, r.err)
 }
 
 // beginRelease ends the lease locally for a Release (l.relMu held). It

@@ -37,17 +37,22 @@ const (
 // newLease returns an active lease whose acquire request was just answered.
 // Nobody else sees it until its acquire call has granted it (see
 // acquisition.grant).
-func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys *resourceKeys, owner string, fence int64) *Lease {
+func (a *acquisition) newLease(ctx context.Context, i int, fence int64) *Lease {
 	l := &Lease{
-		c:        c,
-		cfg:      cfg,
-		resource: resource,
-		keys:     *keys,
-		owner:    owner,
+		c:        a.c,
+		cfg:      a.cfg,
+		resource: a.resources[i],
+		keys:     a.names[i],
+		owner:    a.owner,
 		fence:    fence,
-		lifetime: cfg.lifetime(),
-		interval: cfg.interval(),
+		kind:     a.kind,
+		sk:       a.sk,
+		lifetime: a.cfg.lifetime(),
+		interval: a.cfg.interval(),
 		index:    -1,
+	}
+	if a.kind == kindPermit {
+		l.permit, l.permitArg = a.permit, permitText(a.permit)
 	}
 	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
 	return l

@@ -98,9 +98,10 @@ var (
 	refreshScript = newScript(refreshSrc)
 )
 
-// refreshCall is refresh.lua's call, for Refresh and the watchdog.
-func refreshCall(k *resourceKeys, owner *string, ttl any) call {
-	return call{s: refreshScript, words: []any{nil, nil, 1, &k.lease, owner, ttl}, kind: intReply}
+// refreshCall is refresh.lua's call, for Refresh and the watchdog: lease
+// is the lease key (a write lease's: its writer key).
+func refreshCall(lease, owner *string, ttl any) call {
+	return call{s: refreshScript, words: []any{nil, nil, 1, lease, owner, ttl}, kind: intReply}
 }
 
 var (
@@ -163,12 +164,12 @@ func migrateCall(old, counter *string) call {
 }
 
 var (
-	//go:embed lua/read.lua
-	readSrc    string
-	readScript = newScript(readSrc)
+	//go:embed lua/counter.lua
+	counterSrc    string
+	counterScript = newScript(counterSrc)
 )
 
-// readCall is read.lua's call: read counter.
-func readCall(counter *string) call {
-	return call{s: readScript, words: []any{nil, nil, 1, counter}, kind: intReply}
+// counterCall is counter.lua's call: read counter.
+func counterCall(counter *string) call {
+	return call{s: counterScript, words: []any{nil, nil, 1, counter}, kind: intReply}
 }

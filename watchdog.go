@@ -256,7 +256,7 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []er
 	// sooner.
 	ctx, cancel := context.WithTimeout(context.Background(), first.Sub(w.clk.Now())) // first is on w.clk
 	defer cancel()
-	calls := func(i int) call { return refreshCall(&leases[i].keys, &leases[i].owner, leases[i].cfg.ttlArg) }
+	calls := func(i int) call { return leases[i].refreshCall() }
 	for i, r := range w.b.evalAll(ctx, len(leases), calls) {
 		oks[i], errs[i] = r.n == 1 && r.err == nil, r.err
 	}

@@ -78,3 +78,31 @@ local function wake(queue, alive, channel, sharded)
     end
   end
 end
+
+-- wake_readers tells every live waiting reader (see rw_read.lua) that it may
+-- try again: once per client, a message '*' on <channel>:<client id>, which
+-- wakes all of that client's waiters of the resource. Readers whose
+-- deadline passed are dropped.
+local function wake_readers(readq, channel, sharded)
+  redis.call('ZREMRANGEBYSCORE', readq, '-inf', now_ms())
+  local sent = {}
+  for _, m in ipairs(redis.call('ZRANGE', readq, 0, -1)) do
+    local client = string.match(m, '/([^/]*)$')
+    if client and not sent[client] then
+      sent[client] = true
+      if sharded == '1' then
+        redis.pcall('SPUBLISH', channel .. ':' .. client, '*')
+      else
+        redis.call('PUBLISH', channel .. ':' .. client, '*')
+      end
+    end
+  end
+end
+
+-- grow makes key live at least ttl ms more, never less: the keys of shared
+-- leases live as long as their longest holder or waiter.
+local function grow(key, ttl)
+  if redis.call('PTTL', key) < tonumber(ttl) then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end

@@ -1,4 +1,4 @@
--- read: read a fence counter. Reads only.
+-- counter: read a fence counter. Reads only.
 -- Go: Client.ScanFences in fence.go.
 --
 -- KEYS[1]  a fence counter

@@ -1,0 +1,30 @@
+-- rw_read_release: compare-and-release of a read lease; the last reader out
+-- wakes the first waiting writer. (queue.lua is inserted at '--#queue'.)
+-- Go: Lease.releaseCall in rwlease.go.
+--
+-- KEYS[1] readers, KEYS[2] queue, KEYS[3] alive (the waiting writers),
+-- KEYS[4] readq (the waiting readers)
+-- ARGV[1] owner token   ARGV[2] wake channel   ARGV[3] '1' on Cluster
+-- ARGV[4] the owner's reader-queue member if it may be waiting, else ''
+--
+-- Returns 1 if our read lease was released (now, or by an earlier call whose
+-- reply was lost: its expiry is then 0), else 0.
+--#queue
+local exp = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+local released = 0
+if exp and exp > now_ms() then
+  redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[1])
+  released = 1
+elseif exp == 0 then
+  released = 2
+end
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[4], ARGV[4])
+end
+if released == 1 then
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if not last[2] or tonumber(last[2]) <= now_ms() then
+    wake(KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+  end
+end
+return math.min(released, 1)

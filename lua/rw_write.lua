@@ -1,0 +1,59 @@
+-- rw_write: take the write lease: exclusive of readers and other writers.
+-- (queue.lua is inserted at the line '--#queue'.)
+-- Go: acquisition.attempt in grant.go, rwlease.go.
+--
+-- KEYS[1] writer, KEYS[2] readers (see rw_read.lua), KEYS[3] fence,
+-- KEYS[4] queue, KEYS[5] alive (the waiting writers, see queue.lua)
+-- ARGV as acquire.lua's: owner, TTL, waiter timeout, fair, queued, member,
+-- holder description
+--
+-- As acquire.lua, on the writer key, and busy while a reader's lease is
+-- unexpired: a waiting writer queues, which stops new readers (see
+-- rw_read.lua). Replies as acquire.lua: the fence, or {pttl, first, holder}.
+--#queue
+local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
+local mine = owner .. ':'
+local queued = ARGV[5] == '1'
+
+local cur = redis.call('GET', lease)
+if cur and string.sub(cur, 1, #mine) == mine then
+  redis.call('PEXPIRE', lease, ARGV[2])
+  return tonumber(string.match(cur, '^%d+', #mine + 1))
+end
+
+local function busy(pttl, holder)
+  local timeout = tonumber(ARGV[3])
+  if timeout > 0 then
+    enqueue(KEYS[4], KEYS[5], member, timeout)
+    queued = true
+  end
+  local head = 0
+  if queued and first(KEYS[4], KEYS[5]) == member then
+    head = 1
+  end
+  return {pttl, head, holder or ''}
+end
+
+if cur then
+  return busy(redis.call('PTTL', lease), string.match(cur, '^[^:]*:%d+:(.*)$'))
+end
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if last[2] and tonumber(last[2]) > now_ms() then
+  return busy(tonumber(last[2]) - now_ms())
+end
+if queued or ARGV[4] == '1' then
+  local head = first(KEYS[4], KEYS[5])
+  if ARGV[4] == '1' and head and head ~= member then
+    return busy(0)
+  end
+end
+if queued and redis.call('ZREM', KEYS[4], member) == 1 then
+  redis.call('HDEL', KEYS[5], member)
+end
+local fence = redis.call('INCR', KEYS[3])
+local value = mine .. string.format('%d', fence)
+if ARGV[7] ~= '' then
+  value = value .. ':' .. ARGV[7]
+end
+redis.call('SET', lease, value, 'PX', ARGV[2])
+return fence

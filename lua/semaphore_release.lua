@@ -1,0 +1,45 @@
+-- semaphore_release: compare-and-release of one permit, and wake one
+-- waiter. (queue.lua is inserted at '--#queue'.)
+-- Go: Lease.releaseCall in semaphore.go.
+--
+-- KEYS[1] permits, KEYS[2] holders (see semaphore.lua), KEYS[3] queue, KEYS[4] alive
+-- ARGV[1] owner token   ARGV[2] the permit ('' if the owner does not know
+--         it: an acquire of unknown outcome giving up; the holders hash says)
+-- ARGV[3] wake channel <prefix>{<resource>}:wake   ARGV[4] '1' on Cluster
+-- ARGV[5] the owner's queue member if it may be queued, else ''
+--
+-- Releases the permit only while it is ours and unexpired: its expiry
+-- becomes 0, so it is the next one taken; its holder record stays until
+-- then, so that a retried release is recognised. A release of one permit
+-- wakes one waiter. Returns 1 if our permit was released (now or by an
+-- earlier call whose reply was lost), else 0.
+--#queue
+local mine, p = ARGV[1] .. ':', ARGV[2]
+if p == '' then
+  p = redis.call('HGET', KEYS[2], 'o:' .. ARGV[1]) or ''
+end
+local released = 0
+if p ~= '' then
+  local v = redis.call('HGET', KEYS[2], p)
+  local exp = tonumber(redis.call('ZSCORE', KEYS[1], p))
+  if v and string.sub(v, 1, #mine) == mine and exp then
+    if exp > now_ms() then
+      redis.call('ZADD', KEYS[1], 'XX', 0, p)
+      redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
+      released = 1
+    elseif exp == 0 then
+      released = 2 -- an earlier call released it
+    end
+  end
+end
+local left = 0
+if ARGV[5] ~= '' then
+  left = redis.call('ZREM', KEYS[3], ARGV[5])
+  if left == 1 then
+    redis.call('HDEL', KEYS[4], ARGV[5])
+  end
+end
+if released == 1 or left == 1 then
+  wake(KEYS[3], KEYS[4], ARGV[3], ARGV[4])
+end
+return math.min(released, 1)

@@ -1,0 +1,280 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlease/redlease/internal/servertest"
+)
+
+func TestSemaphoreHoldsAtMostNPermits(t *testing.T) {
+	for _, name := range []string{"miniredis", "redis-server"} {
+		t.Run(name, func(t *testing.T) {
+			rdb := servertest.Redis(t).Client(t)
+			if name == "miniredis" {
+				_, rdb = servertest.Mini(t)
+			}
+			c := New(rdb, WithAutoRenew(false))
+			ctx := t.Context()
+			var held []*Lease
+			seen := map[int]bool{}
+			var last int64
+			for range 3 {
+				l, err := c.TryAcquireSemaphore(ctx, "payments", 3)
+				require.NoError(t, err)
+				require.False(t, seen[l.Permit()], "permit %d twice", l.Permit())
+				seen[l.Permit()] = true
+				require.Greater(t, l.Fence(), last)
+				last = l.Fence()
+				held = append(held, l)
+			}
+			_, err := c.TryAcquireSemaphore(ctx, "payments", 3)
+			var busy *BusyError
+			require.ErrorAs(t, err, &busy, "a fourth holder")
+			require.Positive(t, busy.Remaining)
+
+			_, err = c.TryAcquireSemaphore(ctx, "payments", 5)
+			require.ErrorIs(t, err, ErrNotAcquired)
+			require.ErrorIs(t, err, ErrInvalidArgument, "another number of permits while held")
+			require.ErrorContains(t, err, "in use with 3 permits, not 5")
+
+			require.NoError(t, held[1].Release(ctx))
+			require.NoError(t, held[1].Release(ctx), "the verdict again")
+			next, err := c.TryAcquireSemaphore(ctx, "payments", 3)
+			require.NoError(t, err)
+			require.Equal(t, held[1].Permit(), next.Permit(), "the released permit is the next one taken")
+			require.Greater(t, next.Fence(), last, "its fence rises with its new holder")
+			require.ErrorIs(t, held[1].Refresh(ctx), ErrReleased)
+			require.NoError(t, next.Refresh(ctx))
+			for _, l := range []*Lease{held[0], held[2], next} {
+				require.NoError(t, l.Release(ctx))
+			}
+			l, err := c.TryAcquireSemaphore(ctx, "payments", 5)
+			require.NoError(t, err, "none held: the number may change")
+			require.NoError(t, l.Release(ctx))
+
+			for _, n := range []int{0, -1, MaxPermits + 1} {
+				_, err := c.TryAcquireSemaphore(ctx, "p", n)
+				require.ErrorIs(t, err, ErrInvalidArgument, "%d permits", n)
+			}
+		})
+	}
+}
+
+// A permit holder that paused past its TTL: its permit lapses, the next
+// holder takes that very permit with a higher fence, and the old holder's
+// renewal and release find it gone.
+func TestIntegrationSemaphorePermitGoesToTheNextHolderWithAHigherFence(t *testing.T) {
+	rdb := servertest.Redis(t).Client(t)
+	ctx := t.Context()
+	c := New(rdb)
+	a, err := c.TryAcquireSemaphore(ctx, "s", 1, WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	require.NoError(t, err)
+	servertest.WaitDone(t, a.Context(), 5*time.Second)
+	time.Sleep(100 * time.Millisecond) // past the TTL in Redis too
+	b, err := c.TryAcquireSemaphore(ctx, "s", 1)
+	require.NoError(t, err)
+	require.Equal(t, a.Permit(), b.Permit())
+	require.Greater(t, b.Fence(), a.Fence())
+	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
+	require.NoError(t, b.Refresh(ctx), "the old holder's release left the new one alone")
+	require.NoError(t, b.Release(ctx))
+}
+
+// Waiters for a full semaphore are woken by a release, one per permit, in
+// far less than the polling backoff; the watchdog renews permits.
+func TestIntegrationSemaphoreWaitersAreWokenByReleases(t *testing.T) {
+	rdb := servertest.Redis(t).Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithTTL(time.Second))
+	const permits, workers = 2, 6
+	var (
+		inside, most atomic.Int32
+		wg           sync.WaitGroup
+	)
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				l, err := c.AcquireSemaphore(ctx, "pool", permits)
+				if err != nil {
+					errs <- err
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(5 * time.Millisecond)
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, <-errs)
+	require.LessOrEqual(t, most.Load(), int32(permits))
+
+	// A lease held past several renew intervals stays held.
+	l, err := c.TryAcquireSemaphore(ctx, "pool", permits)
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond)
+	require.NoError(t, l.Context().Err())
+	require.NoError(t, l.Release(ctx))
+}
+
+// A lost reply: the retry with the same owner token gets the same permit
+// and fence.
+func TestSemaphoreLostReplyKeepsOnePermit(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	hook := &servertest.CountingHook{}
+	rdb.AddHook(hook)
+	c := New(rdb)
+	warm(t, c)
+	ctx := t.Context()
+	hook.LoseReplies.Store(1)
+	l, err := c.TryAcquireSemaphore(ctx, "s", 2)
+	require.NoError(t, err)
+	other, err := c.TryAcquireSemaphore(ctx, "s", 2)
+	require.NoError(t, err)
+	require.NotEqual(t, l.Permit(), other.Permit(), "the retry took one permit, not two")
+	_, err = c.TryAcquireSemaphore(ctx, "s", 2)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.NoError(t, errors.Join(l.Release(ctx), other.Release(ctx)))
+
+	// The acquire's reply lost, and then that of the check whether Redis
+	// answers: given up, and the permit is released by owner.
+	hook.LoseReplies.Store(2)
+	_, err = c.TryAcquireSemaphore(ctx, "s", 1)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	l, err = c.TryAcquireSemaphore(ctx, "s", 1)
+	require.NoError(t, err, "the permit of unknown outcome was given back")
+	require.NoError(t, l.Release(ctx))
+}
+
+func TestReadersShareAndWritersExclude(t *testing.T) {
+	for _, name := range []string{"miniredis", "redis-server"} {
+		t.Run(name, func(t *testing.T) {
+			rdb := servertest.Redis(t).Client(t)
+			if name == "miniredis" {
+				_, rdb = servertest.Mini(t)
+			}
+			c := New(rdb, WithAutoRenew(false))
+			ctx := t.Context()
+			r1, err := c.TryAcquireRead(ctx, "config")
+			require.NoError(t, err)
+			r2, err := c.TryAcquireRead(ctx, "config")
+			require.NoError(t, err, "readers share")
+			require.Greater(t, r2.Fence(), r1.Fence())
+			_, err = c.TryAcquireWrite(ctx, "config")
+			var busy *BusyError
+			require.ErrorAs(t, err, &busy, "a writer waits for the readers")
+			require.NoError(t, errors.Join(r1.Release(ctx), r2.Release(ctx)))
+			require.NoError(t, r1.Release(ctx), "the verdict again")
+
+			w, err := c.TryAcquireWrite(ctx, "config", WithHolder("the writer"))
+			require.NoError(t, err)
+			require.Greater(t, w.Fence(), r2.Fence())
+			_, err = c.TryAcquireRead(ctx, "config")
+			require.ErrorAs(t, err, &busy, "no reader beside the writer")
+			require.Equal(t, "the writer", busy.Holder)
+			_, err = c.TryAcquireWrite(ctx, "config")
+			require.ErrorAs(t, err, &busy, "no second writer")
+			require.NoError(t, w.Refresh(ctx))
+			require.NoError(t, w.Release(ctx))
+			r3, err := c.TryAcquireRead(ctx, "config")
+			require.NoError(t, err)
+			require.Greater(t, r3.Fence(), w.Fence(), "a read fence follows the writes before it")
+			require.NoError(t, r3.Refresh(ctx))
+			require.NoError(t, r3.Release(ctx))
+
+			l, err := c.TryAcquire(ctx, "config")
+			require.NoError(t, err, "the exclusive lease of a resource is apart from its read/write leases")
+			require.NoError(t, l.Release(ctx))
+		})
+	}
+}
+
+// A waiting writer is not starved by a stream of readers: once it waits, new
+// readers wait behind it; its release wakes every waiting reader at once.
+func TestIntegrationWriterFirstThenEveryReader(t *testing.T) {
+	rdb := servertest.Redis(t).Client(t)
+	ctx := t.Context()
+	c := New(rdb)
+	r1, err := c.TryAcquireRead(ctx, "doc")
+	require.NoError(t, err)
+
+	writer := make(chan acquired, 1)
+	go func() {
+		l, err := c.AcquireWrite(ctx, "doc")
+		writer <- acquired{l, err}
+	}()
+	servertest.WaitFor(t, 5*time.Second, func() bool { return len(queued(t, rdb, "doc")) == 1 })
+	_, err = c.TryAcquireRead(ctx, "doc")
+	var busy *BusyError
+	require.ErrorAs(t, err, &busy, "a new reader waits behind the waiting writer")
+
+	const readers = 4
+	got := make(chan acquired, readers)
+	for range readers {
+		go func() {
+			l, err := c.AcquireRead(ctx, "doc")
+			got <- acquired{l, err}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	require.Empty(t, got)
+	require.NoError(t, r1.Release(ctx)) // the last reader out: the writer goes
+	w := servertest.Recv(t, writer, 5*time.Second)
+	require.NoError(t, w.err)
+	time.Sleep(100 * time.Millisecond)
+	require.Empty(t, got, "no reader beside the writer")
+
+	start := time.Now()
+	require.NoError(t, w.l.Release(ctx))
+	for range readers {
+		r := servertest.Recv(t, got, 5*time.Second)
+		require.NoError(t, r.err)
+		require.Greater(t, r.l.Fence(), w.l.Fence())
+		defer r.l.Release(ctx)
+	}
+	t.Logf("the writer's release let %d readers in within %v", readers, time.Since(start))
+	require.Less(t, time.Since(start), 500*time.Millisecond, "woken together, not one poll after another")
+}
+
+// Shared leases end with ErrLeaseLost when Redis says they are not ours,
+// and a TryAcquire of every kind refuses before any round trip what cannot
+// work.
+func TestSharedLeasesLostAndBadInput(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	c := New(rdb, WithAutoRenew(false))
+	p, err := c.TryAcquireSemaphore(ctx, "s", 2)
+	require.NoError(t, err)
+	r, err := c.TryAcquireRead(ctx, "rw")
+	require.NoError(t, err)
+	mr.Del(key(DefaultPrefix, "s", kindPermits))
+	mr.Del(key(DefaultPrefix, "rw", kindReaders))
+	require.ErrorIs(t, p.Refresh(ctx), ErrLeaseLost)
+	require.ErrorIs(t, r.Refresh(ctx), ErrLeaseLost)
+	require.ErrorIs(t, context.Cause(p.Context()), ErrLeaseLost)
+
+	src := &counterFences{}
+	_, err = c.TryAcquireRead(ctx, "rw", WithFenceSource(src))
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = c.TryAcquireSemaphore(ctx, "", 2)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Zero(t, (*Lease)(nil).Permit())
+	require.Equal(t, 0, r.Permit())
+}
