@@ -157,7 +157,6 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		}
 		return exitCannotExec // found, but a directory, not executable, or only relative to "."
 	}
-	cmd := exec.Command(r.argv[0], r.argv[1:]...)
 	lease, code := r.acquire(ctx, sigs, wait, opts)
 	if lease == nil {
 		return code
@@ -167,12 +166,10 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 	// command: keep this goroutine on it until the command has ended.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"REDLEASE_RESOURCE="+r.resource,
 		"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
 		"REDLEASE_OWNER="+lease.Owner())
-	setGroup(cmd)
 	// Caught from before the start, so that an early Ctrl-Z waits for
 	// supervise rather than stopping redlease alone. Notify with no signals
 	// would catch them all.
@@ -181,7 +178,8 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		signal.Notify(jobSigs, jobControl...)
 		defer signal.Stop(jobSigs)
 	}
-	if err := cmd.Start(); err != nil {
+	j, err := startJob(r.argv, env, os.Stdin, r.stdout, r.stderr)
+	if err != nil {
 		_ = r.release(lease)
 		r.say("%v", err)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -189,10 +187,16 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		}
 		return exitCannotExec
 	}
-	r.s.debug("started", "pid", cmd.Process.Pid)
+	r.s.debug("started", "pid", j.pid())
 
-	lost := r.supervise(cmd, lease, sigs, jobSigs)
-	status := exitStatus(cmd.ProcessState)
+	lost := r.supervise(j, lease, sigs, jobSigs)
+	return r.conclude(lease, lost, j.status())
+}
+
+// conclude releases the lease after the command and what it left behind
+// are gone, and returns redlease's exit status: the command's, or exitLost
+// if the lease ended before the command did.
+func (r *runner) conclude(lease *redlease.Lease, lost error, status int) int {
 	if lost == nil && lease.Context().Err() != nil {
 		lost = context.Cause(lease.Context()) // ended as the command exited
 	}
@@ -276,163 +280,6 @@ func contended(err error) bool {
 	// Leaves are compared, not matched with errors.Is: a network timeout
 	// matches context.DeadlineExceeded too, and it is an outage.
 	return err == redlease.ErrNotAcquired || err == context.DeadlineExceeded
-}
-
-// The processes a command left in its process group are polled for, from
-// every pollFirst, backing off to every pollMax: most exit at once on
-// SIGTERM, and on Linux a poll may read all of /proc.
-const (
-	pollFirst = 5 * time.Millisecond
-	pollMax   = 100 * time.Millisecond
-)
-
-// killWait bounds the wait for processes sent SIGKILL to leave the group. A
-// process in an uninterruptible sleep (a hung NFS mount) dies only when the
-// sleep ends; the lease is released without waiting for it.
-const killWait = 2 * time.Second
-
-// supervise waits for the command to exit, and then for what it left behind
-// in its process group, passing signals on; it stops them if the lease ends
-// first, and stops them with redlease on Ctrl-Z. It returns why the lease
-// ended, if it did.
-func (r *runner) supervise(cmd *exec.Cmd, lease *redlease.Lease, sigs, jobSigs <-chan os.Signal) (lost error) {
-	exited := make(chan struct{})
-	go func() { // ends when the command has exited
-		defer close(exited)
-		_ = cmd.Wait() // its status is in cmd.ProcessState
-	}()
-	leaseDone := lease.Context().Done()
-	var (
-		kill, poll     *time.Timer
-		killC, pollC   <-chan time.Time
-		giveUpC        <-chan time.Time
-		pollDelay      = pollFirst
-		leftovers      bool // the command has exited; processes it started are still in its group
-		stoppedByCtrlZ bool // the group was stopped on Ctrl-Z, and not resumed since
-	)
-	defer func() {
-		if kill != nil {
-			kill.Stop()
-		}
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
-	send := func(sig os.Signal, name string) {
-		if err := signalGroup(cmd.Process, sig); err != nil {
-			r.say("sending %s: %v", name, err)
-		}
-	}
-	// terminateGroup sends the group SIGTERM, and SIGCONT: a stopped process
-	// acts on SIGTERM only once continued. SIGKILL follows -grace later.
-	terminateGroup := func() {
-		send(terminate, terminateName)
-		if err := resumeGroup(cmd.Process); err != nil {
-			r.say("sending SIGCONT: %v", err)
-		}
-		stoppedByCtrlZ = false
-		kill = time.NewTimer(r.grace)
-		killC = kill.C
-	}
-	// end records that the lease is gone and stops what still runs under
-	// it. It reports whether supervise is done. Its caller sets leaseDone
-	// to nil, so that it runs once.
-	end := func(cause error) (done bool) {
-		lost = cause
-		if leftovers { // they have had SIGTERM already: no more grace
-			r.say("lease of %q ended while processes the command left behind ran: %v; sending them SIGKILL", r.resource, lost)
-			send(os.Kill, "SIGKILL")
-			return true
-		}
-		r.say("lease of %q ended while the command ran: %v; sending it %s", r.resource, lost, terminateName)
-		terminateGroup()
-		return false
-	}
-	for { // ends when the group is empty; SIGKILL makes sure it will be
-		select {
-		case <-exited:
-			exited = nil
-			if lost != nil {
-				// What the command left behind in its group. No error: the
-				// group may be gone (and, without groups, the command is).
-				_ = signalGroup(cmd.Process, os.Kill)
-				return lost
-			}
-			if !groupAlive(cmd.Process) {
-				return nil
-			}
-			// What the command started in the background (a shell's '&')
-			// runs under the lease too: the lease is released only once
-			// that has exited, or the next holder would overlap it.
-			leftovers = true
-			r.s.debug("the command exited; processes it left in its process group still run: sending them "+terminateName,
-				"pgid", cmd.Process.Pid, "status", exitStatus(cmd.ProcessState), "grace", r.grace)
-			terminateGroup()
-			poll = time.NewTimer(pollDelay)
-			pollC = poll.C
-		case <-pollC:
-			if !groupAlive(cmd.Process) {
-				return lost
-			}
-			pollDelay = min(2*pollDelay, pollMax)
-			poll.Reset(pollDelay)
-		case <-giveUpC:
-			r.say("processes the command left behind survived SIGKILL for %v; releasing the lease of %q anyway", killWait, r.resource)
-			return lost
-		case sig := <-sigs:
-			r.s.debug("passing a signal on", "signal", sig.String())
-			if err := signalGroup(cmd.Process, sig); err != nil {
-				r.say("passing %v on: %v", sig, err)
-			}
-		case sig := <-jobSigs:
-			if isStop(sig) {
-				// The group first: once redlease is stopped, nobody renews
-				// the lease, and it may go to another owner.
-				r.s.debug("Ctrl-Z (SIGTSTP): stopping the command's process group, then redlease")
-				if err := stopGroup(cmd.Process); err != nil {
-					r.say("stopping the command: %v", err)
-				}
-				stoppedByCtrlZ = true
-				if err := stopSelf(); err != nil {
-					r.say("stopping: %v", err)
-				}
-				continue // on SIGCONT, redlease goes on here
-			}
-			if !stoppedByCtrlZ { // not ours to resume: the command may have stopped itself
-				continue
-			}
-			stoppedByCtrlZ = false
-			if lost == nil {
-				if cause := leaseGone(lease); cause != nil {
-					leaseDone = nil
-					if end(cause) {
-						return lost
-					}
-					continue
-				}
-			}
-			r.s.debug("resuming the command's process group")
-			if err := resumeGroup(cmd.Process); err != nil {
-				r.say("resuming the command: %v", err)
-			}
-		case <-leaseDone:
-			leaseDone = nil
-			if end(context.Cause(lease.Context())) {
-				return lost
-			}
-		case <-killC:
-			killC = nil
-			if leftovers {
-				r.s.debug("processes the command left behind still run after "+terminateName+": sending them SIGKILL",
-					"pgid", cmd.Process.Pid, "grace", r.grace)
-				send(os.Kill, "SIGKILL")
-				giveUpC = time.After(killWait)
-				continue
-			}
-			r.say("the command still runs %v after %s; sending it SIGKILL", r.grace, terminateName)
-			send(os.Kill, "SIGKILL")
-		}
-	}
 }
 
 // leaseGone returns why the lease has ended, or nil while it holds. After
