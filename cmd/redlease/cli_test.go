@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -258,13 +257,10 @@ func TestCLI(t *testing.T) {
 		require.False(t, st.Held, "released after the command exited")
 	})
 
-	// If redlease itself is killed, nobody renews the lease: the kernel
-	// sends the command SIGTERM (Linux's parent-death signal).
+	// If redlease itself is killed, nobody renews the lease: its guardian
+	// sends the command SIGTERM (guardian_test.go has the whole group).
 	t.Run("CommandEndsWithRedlease", func(t *testing.T) {
 		t.Parallel()
-		if runtime.GOOS != "linux" {
-			t.Skip("parent-death signal is Linux only")
-		}
 		sub := t.TempDir()
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()

@@ -80,6 +80,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 		return exitOK
+	case guardianCommand:
+		return guardianMain(args[1:], stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

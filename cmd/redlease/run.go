@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +41,21 @@ cannot be followed: it runs on without the lease.
 Ctrl-Z (SIGTSTP) stops COMMAND's group, then redlease. On SIGCONT (fg),
 COMMAND is resumed if the lease is still alive; stopped past its lifetime,
 the lease is gone, and COMMAND gets SIGTERM instead. SIGSTOP sent to redlease
-cannot be caught: COMMAND runs on, unrenewed, and once the lease has lapsed
-only REDLEASE_FENCE protects the target.
+cannot be caught: its guardian (below) sends COMMAND's group SIGTERM a
+second after the lease's local deadline, and SIGKILL -grace later.
+
+COMMAND's parent is a guardian process (redlease __guardian, in a process
+group of its own) that outlives redlease. If redlease is killed (kill -9,
+the OOM killer), nobody renews the lease: the guardian sends COMMAND's group
+SIGTERM at once, and SIGKILL -grace later or at the lease's local deadline,
+whichever comes first, so that the group is gone before Redis can let the
+next holder in. Like flock(1)'s lock, this reaches only what stays in the
+group: a process that left it (setsid, a daemon that detaches) is not
+followed. If the guardian is killed too (pkill -9 redlease), Linux sends
+COMMAND itself SIGTERM, but what COMMAND started runs on; if only the
+guardian is killed, redlease stops the group and exits 1. Elsewhere than on
+Linux, COMMAND is not told of its guardian's death; without Unix process
+groups (Windows) there is no guardian, and COMMAND runs on unrenewed.
 
 If the lease ends while COMMAND runs (Redis says it is not ours any more, no
 renewal was confirmed in time, or -max-hold ran out), COMMAND's process group
@@ -54,6 +66,7 @@ REDLEASE_FENCE protects the target.
 
 Exit status:
   the command's own status (128+N if it was killed by signal N)
+  1    the guardian was killed while the command ran; the command was stopped
   69   Redis unreachable or refusing, also when -wait ran out during an
        outage; the command did not run
   75   not acquired: the lease is held (-nowait), or was still held when
@@ -157,19 +170,19 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		}
 		return exitCannotExec // found, but a directory, not executable, or only relative to "."
 	}
+	renewals := make(chan struct{}, 1)
+	opts = append(opts, redlease.WithObserver(redlease.ObserverFunc(func(_ context.Context, e redlease.Event) {
+		if e.Kind == redlease.EventRenew && e.Outcome == redlease.OutcomeOK {
+			select { // the supervisor passes the new deadline on to the guardian
+			case renewals <- struct{}{}:
+			default:
+			}
+		}
+	})))
 	lease, code := r.acquire(ctx, sigs, wait, opts)
 	if lease == nil {
 		return code
 	}
-
-	// The parent-death signal (Linux) is tied to the thread that starts the
-	// command: keep this goroutine on it until the command has ended.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	env := append(os.Environ(),
-		"REDLEASE_RESOURCE="+r.resource,
-		"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-		"REDLEASE_OWNER="+lease.Owner())
 	// Caught from before the start, so that an early Ctrl-Z waits for
 	// supervise rather than stopping redlease alone. Notify with no signals
 	// would catch them all.
@@ -178,20 +191,47 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		signal.Notify(jobSigs, jobControl...)
 		defer signal.Stop(jobSigs)
 	}
-	j, err := startJob(r.argv, env, os.Stdin, r.stdout, r.stderr)
+	j, err := startJob(jobSpec{
+		argv: r.argv,
+		env: append(os.Environ(),
+			"REDLEASE_RESOURCE="+r.resource,
+			"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
+			"REDLEASE_OWNER="+lease.Owner()),
+		grace: r.grace,
+		first: guardState{mode: modeRun, leaseLeft: max(time.Until(lease.Deadline()), 0)},
+		stdin: os.Stdin, stdout: r.stdout, stderr: r.stderr,
+	})
 	if err != nil {
 		_ = r.release(lease)
-		r.say("%v", err)
-		if errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec
+		var sf *startFailure
+		errors.As(err, &sf)
+		r.say("%s", sf.msg)
+		return sf.status
 	}
 	r.s.debug("started", "pid", j.pid())
-
-	lost := r.supervise(j, lease, sigs, jobSigs)
+	lost := r.supervise(j, lease, sigs, jobSigs, renewals)
+	j.finish()
 	return r.conclude(lease, lost, j.status())
 }
+
+// jobSpec is what startJob starts: COMMAND, with what its guardian needs.
+type jobSpec struct {
+	argv, env []string
+	grace     time.Duration // after SIGTERM, should redlease die
+	first     guardState    // the lease as it is when COMMAND starts
+	stdin     io.Reader
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// startFailure is a COMMAND that could not be started, and redlease's exit
+// status for it.
+type startFailure struct {
+	status int
+	msg    string
+}
+
+func (e *startFailure) Error() string { return e.msg }
 
 // conclude releases the lease after the command and what it left behind
 // are gone, and returns redlease's exit status: the command's, or exitLost
@@ -202,9 +242,14 @@ func (r *runner) conclude(lease *redlease.Lease, lost error, status int) int {
 	}
 	relErr := r.release(lease)
 	switch {
+	case lost != nil && status < 0:
+		r.say("the lease of %q ended; the command's exit status is unknown (its guardian was killed)", r.resource)
+		return exitLost
 	case lost != nil:
 		r.say("the command exited with status %d after the lease of %q ended", status, r.resource)
 		return exitLost
+	case status < 0:
+		return exitFailed // the guardian was killed, and the command stopped
 	case errors.Is(relErr, redlease.ErrLeaseLost):
 		r.say("the lease of %q was lost before the command ended (it expired or was broken): %v; "+
 			"the command exited with status %d", r.resource, relErr, status)

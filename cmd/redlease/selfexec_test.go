@@ -23,7 +23,9 @@ import (
 const asRedleaseEnv = "REDLEASE_TEST_RUN_AS_REDLEASE"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asRedleaseEnv) == "1" {
+	// The guardian too: redlease run starts its own binary as the guardian,
+	// and a run inside the tests starts the test binary.
+	if os.Getenv(asRedleaseEnv) == "1" || len(os.Args) > 1 && os.Args[1] == guardianCommand {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	exe, err := os.Executable()

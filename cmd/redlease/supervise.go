@@ -26,11 +26,12 @@ const killWait = 2 * time.Second
 // lease ends first, and stops them with redlease on Ctrl-Z. Each event has a
 // method, which reports whether supervision is over.
 type supervisor struct {
-	r       *runner
-	job     *job
-	lease   *redlease.Lease
-	sigs    <-chan os.Signal // to pass on
-	jobSigs <-chan os.Signal // Ctrl-Z and SIGCONT
+	r        *runner
+	job      *job
+	lease    *redlease.Lease
+	sigs     <-chan os.Signal // to pass on
+	jobSigs  <-chan os.Signal // Ctrl-Z and SIGCONT
+	renewals <-chan struct{}  // a renewal was confirmed
 
 	exited    <-chan struct{} // nil once the command's exit is handled
 	leaseDone <-chan struct{} // nil once the lease's end is handled
@@ -39,16 +40,17 @@ type supervisor struct {
 	killC, pollC, giveUpC <-chan time.Time
 	pollDelay             time.Duration
 
-	leftovers      bool  // the command has exited; processes it started are still in its group
-	stoppedByCtrlZ bool  // the group was stopped on Ctrl-Z, and not resumed since
-	lost           error // why the lease ended, once it has
+	killAt         time.Time // when SIGKILL is due, once the group has had SIGTERM
+	leftovers      bool      // the command has exited; processes it started are still in its group
+	stoppedByCtrlZ bool      // the group was stopped on Ctrl-Z, and not resumed since
+	lost           error     // why the lease ended, once it has
 }
 
 // supervise runs a supervisor of j until the group is empty (SIGKILL makes
 // sure it will be), and returns why the lease ended, if it did.
-func (r *runner) supervise(j *job, lease *redlease.Lease, sigs, jobSigs <-chan os.Signal) (lost error) {
-	s := &supervisor{r: r, job: j, lease: lease, sigs: sigs, jobSigs: jobSigs,
-		exited: j.exited(), leaseDone: lease.Context().Done(), pollDelay: pollFirst}
+func (r *runner) supervise(j *job, lease *redlease.Lease, sigs, jobSigs <-chan os.Signal, renewals <-chan struct{}) (lost error) {
+	s := &supervisor{r: r, job: j, lease: lease, sigs: sigs, jobSigs: jobSigs, renewals: renewals,
+		exited: j.exitedC(), leaseDone: lease.Context().Done(), pollDelay: pollFirst}
 	defer s.stopTimers()
 	for !s.next() {
 	}
@@ -66,6 +68,8 @@ func (s *supervisor) next() (done bool) {
 		return s.giveUpOnGroup()
 	case sig := <-s.sigs:
 		s.forward(sig)
+	case <-s.renewals:
+		s.tell()
 	case sig := <-s.jobSigs:
 		if isStop(sig) {
 			s.ctrlZ()
@@ -99,9 +103,30 @@ func arm(t **time.Timer, d time.Duration) <-chan time.Time {
 	return (*t).C
 }
 
-// commandExited: the command has exited and been waited for.
+// tell passes the state of the lease and of the group to the guardian.
+func (s *supervisor) tell() {
+	st := guardState{mode: modeRun}
+	if s.lease.Context().Err() == nil {
+		st.leaseLeft = max(time.Until(s.lease.Deadline()), 0)
+	}
+	switch {
+	case s.stoppedByCtrlZ:
+		st.mode = modeHold
+	case !s.killAt.IsZero():
+		st.mode, st.killLeft = modeStop, max(time.Until(s.killAt), 0)
+	}
+	s.job.tell(st)
+}
+
+// commandExited: the command has exited and been waited for, or its
+// guardian has gone before it could tell.
 func (s *supervisor) commandExited() (done bool) {
 	s.exited = nil
+	if s.job.lostGuardian() {
+		// The command got SIGTERM with it (Linux), but what it started did
+		// not: stopped as leftovers are, it is released once they are gone.
+		s.r.say("the command's guardian process (see 'redlease run -h') was killed; stopping the command's process group")
+	}
 	if s.lost != nil {
 		// What the command left behind in its group. No error: the group
 		// may be gone (and, without groups, the command is).
@@ -154,6 +179,7 @@ func (s *supervisor) ctrlZ() {
 		s.r.say("stopping the command: %v", err)
 	}
 	s.stoppedByCtrlZ = true
+	s.tell()
 	if err := stopSelf(); err != nil {
 		s.r.say("stopping: %v", err)
 	}
@@ -177,6 +203,7 @@ func (s *supervisor) continued() (done bool) {
 	if err := s.job.resume(); err != nil {
 		s.r.say("resuming the command: %v", err)
 	}
+	s.tell()
 	return false
 }
 
@@ -216,7 +243,9 @@ func (s *supervisor) terminateGroup() {
 		s.r.say("sending SIGCONT: %v", err)
 	}
 	s.stoppedByCtrlZ = false
+	s.killAt = time.Now().Add(s.r.grace)
 	s.killC = arm(&s.kill, s.r.grace)
+	s.tell()
 }
 
 func (s *supervisor) send(sig os.Signal, name string) {
