@@ -106,8 +106,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", &usageError{fmt.Sprintf("flag %s after RESOURCE: flags go before it", rest[1])})
 	case *nowait && *wait > 0:
 		return fail(stderr, "run", &usageError{"-wait and -nowait exclude each other"})
-	case *grace < 0 || *wait < 0:
-		return fail(stderr, "run", &usageError{"-grace and -wait must not be negative"})
+	case *grace < 0:
+		return fail(stderr, "run", &usageError{fmt.Sprintf("-grace %v: must not be negative", *grace)})
 	}
 	resource, argv := rest[0], rest[1:]
 	if len(argv) > 0 && argv[0] == "--" {
@@ -116,16 +116,24 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if len(argv) == 0 {
 		return fail(stderr, "run", &usageError{"no COMMAND given"})
 	}
-	opts := []redlease.Option{redlease.WithTTL(*ttl), redlease.WithMaxHold(*maxHold), redlease.WithFair(*fair)}
-	if *margin > 0 {
-		opts = append(opts, redlease.WithSafetyMargin(*margin))
+	// 0 means the default for -margin and -wait; other values, negative
+	// ones too, go to the library, which checks them.
+	flags := []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}
+	if *margin != 0 {
+		flags = append(flags, flagOption{"-margin", *margin, redlease.WithSafetyMargin(*margin)})
 	}
-	if *wait > 0 {
-		opts = append(opts, redlease.WithMaxWait(*wait))
+	flags = append(flags, flagOption{"-max-hold", *maxHold, redlease.WithMaxHold(*maxHold)})
+	if *wait != 0 {
+		flags = append(flags, flagOption{"-wait", *wait, redlease.WithMaxWait(*wait)})
+	}
+	flags = append(flags, flagOption{"-fair", *fair, redlease.WithFair(*fair)})
+	opts := make([]redlease.Option, len(flags))
+	for i, f := range flags {
+		opts[i] = f.opt
 	}
 
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr)
+	s, err := cf.open(ctx, stderr, []string{resource}, flags)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
