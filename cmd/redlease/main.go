@@ -80,15 +80,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "break":
 		return breakCommand(args[1:], stdout, stderr)
 	case "demo":
-		err := demo(args[1:], stdout, stderr)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case err != nil:
-			fmt.Fprintln(stderr, "redlease demo:", err)
-			return exitFailed
-		}
-		return exitOK
+		return demoCommand(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCommand(args[1:], stdout, stderr)
 	case guardianCommand:
