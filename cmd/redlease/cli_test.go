@@ -71,7 +71,7 @@ func TestCLI(t *testing.T) {
 		t.Parallel()
 		r := c.run(t, "demo", "-redis", c.url, "-ttl", "500ms", "-resource", "demo-invoice")
 		require.Zero(t, r.code, r.stderr)
-		require.Contains(t, r.stdout, "REJECTED by the resource: redlease: stale fence")
+		require.Contains(t, r.stdout, "REJECTED by the resource: stale fence")
 		require.Contains(t, r.stdout, `the invoice says "paid by B"`)
 	})
 

@@ -87,7 +87,7 @@ func demoCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlease demo: %v: stopped, and its keys removed\n", sig)
 		return signalStatus(sig.sig)
 	case errors.Is(storyErr, errStaleAccepted):
-		fmt.Fprintln(stderr, "redlease demo:", storyErr)
+		fmt.Fprintln(stderr, "redlease demo:", oneRedlease(storyErr.Error()))
 		return exitFailed
 	case storyErr != nil:
 		return fail(stderr, "demo", storyErr)
@@ -188,7 +188,7 @@ var errStaleAccepted = errors.New("the resource accepted a stale write; this is 
 func (d *demoRun) say(who, format string, a ...any) {
 	d.outMu.Lock()
 	defer d.outMu.Unlock()
-	fmt.Fprintf(d.out, "%6dms  %-2s %s\n", time.Since(d.start).Milliseconds(), who, fmt.Sprintf(format, a...))
+	fmt.Fprintf(d.out, "%6dms  %-2s %s\n", time.Since(d.start).Milliseconds(), who, oneRedlease(fmt.Sprintf(format, a...)))
 }
 
 // cleanUp gives back the leases and removes every key under demoPrefix,

@@ -48,12 +48,39 @@ func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int,
 // anything else (Redis could not be reached or refused).
 func fail(stderr io.Writer, cmd string, err error) int {
 	var ue *usageError
+	msg := oneRedlease(err.Error())
 	if errors.As(err, &ue) || errors.Is(err, redlease.ErrInvalidArgument) {
-		fmt.Fprintf(stderr, "redlease %s: %v (see 'redlease %s -h')\n", cmd, err, cmd)
+		fmt.Fprintf(stderr, "redlease %s: %s (see 'redlease %s -h')\n", cmd, msg, cmd)
 		return exitUsage
 	}
-	fmt.Fprintf(stderr, "redlease %s: %v\n", cmd, err)
+	fmt.Fprintf(stderr, "redlease %s: %s\n", cmd, msg)
 	return exitUnavailable
+}
+
+// oneRedlease returns msg without the "redlease: " that begins each of the
+// library's errors, wherever one begins a part of msg (its start, or after
+// ": ", "; " or "(") outside a quoted name: printed after "redlease <cmd>: ",
+// a line names redlease once.
+func oneRedlease(msg string) string {
+	const lib = "redlease: "
+	var b strings.Builder
+	quoted := false
+	for i := 0; i < len(msg); i++ {
+		if !quoted && strings.HasPrefix(msg[i:], lib) &&
+			(i == 0 || msg[i-1] == '(' || strings.HasSuffix(msg[:i], ": ") || strings.HasSuffix(msg[:i], "; ")) {
+			i += len(lib) - 1
+			continue
+		}
+		switch c := msg[i]; {
+		case c == '"':
+			quoted = !quoted
+		case c == '\\' && quoted && i+1 < len(msg): // an escaped character of a %q name, a quote too
+			b.WriteByte(c)
+			i++
+		}
+		b.WriteByte(msg[i])
+	}
+	return b.String()
 }
 
 // flagOption is the lease option that a flag sets, for checkInput.

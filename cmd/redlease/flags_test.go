@@ -119,3 +119,21 @@ func TestBreakJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestOneRedlease(t *testing.T) {
+	for in, want := range map[string]string{
+		`redlease: "job1": redlease: invalid argument: TTL 1.5ms is not a whole number of milliseconds`:                        `"job1": invalid argument: TTL 1.5ms is not a whole number of milliseconds`,
+		`not acquired: redlease: lease not acquired: "r": context deadline exceeded (last attempt: redlease: outcome unknown)`: `not acquired: lease not acquired: "r": context deadline exceeded (last attempt: outcome unknown)`,
+		`redlease: redlease: twice`: `twice`,
+		`a; redlease: b`:            `a; b`,
+		// Inside a quoted name, or not at the start of a part, it stays.
+		`redlease: "x: redlease: y" is held`:        `"x: redlease: y" is held`,
+		`redlease: "q\": redlease: z": redlease: w`: `"q\": redlease: z": w`,
+		`myredlease: x`:    `myredlease: x`,
+		`no prefix at all`: `no prefix at all`,
+	} {
+		if got := oneRedlease(in); got != want {
+			t.Errorf("oneRedlease(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

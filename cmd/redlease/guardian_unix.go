@@ -307,5 +307,5 @@ func earliest(a, b time.Time) time.Time {
 }
 
 func (g *guardian) say(format string, args ...any) {
-	fmt.Fprintf(g.stderr, "redlease run: "+format+"\n", args...)
+	fmt.Fprintln(g.stderr, "redlease run:", oneRedlease(fmt.Sprintf(format, args...)))
 }

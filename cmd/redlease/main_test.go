@@ -20,7 +20,7 @@ func TestDemoOnEmbeddedRedis(t *testing.T) {
 		"lease context ended",
 		`acquired "invoice:42" with fence 2`,
 		`wrote "paid by B" with fence 2: accepted`,
-		`REJECTED by the resource: redlease: stale fence 1 for "redlease-demo:invoice:42:status": newest accepted is 2`,
+		`REJECTED by the resource: stale fence 1 for "redlease-demo:invoice:42:status": newest accepted is 2`,
 		`the invoice says "paid by B"`,
 	} {
 		if !strings.Contains(out.String(), want) {

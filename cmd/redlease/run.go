@@ -153,7 +153,7 @@ type runner struct {
 }
 
 func (r *runner) say(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "redlease run: "+format+"\n", args...)
+	fmt.Fprintln(r.stderr, "redlease run:", oneRedlease(fmt.Sprintf(format, args...)))
 }
 
 // signalError is the cause of an acquire stopped by a signal.
