@@ -41,10 +41,10 @@ in 'redlease -redis URL status R'):
   -prefix P   key prefix of the leases (default "redlease:")
   -v          debug logs on stderr
 
-Exit status: 0 success; 1 break removed nothing; 2 usage error; 69 Redis
-unreachable or refusing; for run also 75 busy (not acquired), 76 lease lost
-while the command ran, and otherwise the command's own status
-('redlease run -h' has them all).
+Exit status: 0 success; 1 break removed nothing (run: its guardian process
+was killed); 2 usage error; 69 Redis unreachable or refusing; for run also
+75 busy (not acquired), 76 lease lost while the command ran, and otherwise
+the command's own status ('redlease run -h' has them all).
 
 Examples:
   redlease demo

@@ -178,16 +178,8 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		}
 		return exitCannotExec // found, but a directory, not executable, or only relative to "."
 	}
-	renewals := make(chan struct{}, 1)
-	opts = append(opts, redlease.WithObserver(redlease.ObserverFunc(func(_ context.Context, e redlease.Event) {
-		if e.Kind == redlease.EventRenew && e.Outcome == redlease.OutcomeOK {
-			select { // the supervisor passes the new deadline on to the guardian
-			case renewals <- struct{}{}:
-			default:
-			}
-		}
-	})))
-	lease, code := r.acquire(ctx, sigs, wait, opts)
+	renewals, observe := renewalNotices()
+	lease, code := r.acquire(ctx, sigs, wait, append(opts, observe))
 	if lease == nil {
 		return code
 	}
@@ -220,6 +212,22 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 	lost := r.supervise(j, lease, sigs, jobSigs, renewals)
 	j.finish()
 	return r.conclude(lease, lost, j.status())
+}
+
+// renewalNotices returns an option that observes a lease's confirmed
+// renewals, and the channel it tells of them on (one notice may stand for
+// several), for the supervisor to pass each new deadline on to the guardian.
+// An observer must not block, nor call the lease.
+func renewalNotices() (<-chan struct{}, redlease.Option) {
+	renewals := make(chan struct{}, 1)
+	return renewals, redlease.WithObserver(redlease.ObserverFunc(func(_ context.Context, e redlease.Event) {
+		if e.Kind == redlease.EventRenew && e.Outcome == redlease.OutcomeOK {
+			select {
+			case renewals <- struct{}{}:
+			default:
+			}
+		}
+	}))
 }
 
 // jobSpec is what startJob starts: COMMAND, with what its guardian needs.

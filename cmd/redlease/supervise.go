@@ -23,8 +23,10 @@ const killWait = 2 * time.Second
 
 // supervisor waits for the command to exit, and then for what it left
 // behind in its process group, passing signals on; it stops them if the
-// lease ends first, and stops them with redlease on Ctrl-Z. Each event has a
-// method, which reports whether supervision is over.
+// lease ends first, and stops them with redlease on Ctrl-Z. It tells the
+// command's guardian of every change, so that the guardian can stop the
+// group in time should redlease die. Each event has a method, which
+// reports whether supervision is over.
 type supervisor struct {
 	r        *runner
 	job      *job
@@ -124,7 +126,8 @@ func (s *supervisor) commandExited() (done bool) {
 	s.exited = nil
 	if s.job.lostGuardian() {
 		// The command got SIGTERM with it (Linux), but what it started did
-		// not: stopped as leftovers are, it is released once they are gone.
+		// not: the group is stopped as leftovers are, and the lease is
+		// released once it is empty.
 		s.r.say("the command's guardian process (see 'redlease run -h') was killed; stopping the command's process group")
 	}
 	if s.lost != nil {
