@@ -55,13 +55,15 @@ func addConnFlags(fs *flag.FlagSet) *conn {
 type session struct {
 	rdb    redis.UniversalClient
 	locks  *redlease.Client
+	prefix string
 	where  string
 	logger *slog.Logger // nil without -v
 }
 
-// open connects as the flags say and checks that Redis answers. Its error
-// is a usage error (*usageError) for a bad URL, else a Redis error.
-func (c *conn) open(ctx context.Context, stderr io.Writer) (*session, error) {
+// session returns a session as the flags say. It does no I/O: go-redis
+// dials on the first command. Its error is a usage error (*usageError)
+// for a bad URL.
+func (c *conn) session(stderr io.Writer) (*session, error) {
 	raw := c.url
 	if raw == "" {
 		raw = os.Getenv("REDIS_URL")
@@ -73,7 +75,7 @@ func (c *conn) open(ctx context.Context, stderr io.Writer) (*session, error) {
 	if err != nil {
 		return nil, &usageError{fmt.Sprintf("-redis %q: %v", raw, err)}
 	}
-	s := &session{rdb: rdb, where: redacted(raw)}
+	s := &session{rdb: rdb, prefix: c.prefix, where: redacted(raw)}
 	opts := []redlease.Option{redlease.WithPrefix(c.prefix)}
 	if c.verbose {
 		s.logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -81,13 +83,35 @@ func (c *conn) open(ctx context.Context, stderr io.Writer) (*session, error) {
 		redis.SetLogger(&quietRedisLogger{s.logger})
 	}
 	s.locks = redlease.New(rdb, opts...)
+	return s, nil
+}
+
+// connect checks that Redis answers.
+func (s *session) connect(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		s.close()
-		return nil, fmt.Errorf("Redis at %s unreachable: %w", s.where, err)
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		return fmt.Errorf("Redis at %s unreachable: %w", s.where, err)
 	}
 	s.debug("connected", "redis", s.where)
+	return nil
+}
+
+// open returns a session for the flags, connected after checkInput passed
+// resources and flags; see checkInput for its errors.
+func (c *conn) open(ctx context.Context, stderr io.Writer, resources []string, flags []flagOption) (*session, error) {
+	s, err := c.session(stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkInput(resources, flags); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := s.connect(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -208,51 +232,6 @@ func redacted(raw string) string {
 		return raw
 	}
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
-}
-
-// usageError is a mistake in the command line.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-// newFlagSet returns a flag set that reports nothing itself: parse does.
-func newFlagSet(name, help string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), help)
-		fmt.Fprintln(fs.Output(), "\nFlags:")
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parse parses args. done is true when the command should end with code:
-// after -h (help on stdout, 0) or a bad flag (one line on stderr, 2).
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return exitOK, true
-	case err != nil:
-		return fail(stderr, fs.Name(), &usageError{err.Error()}), true
-	}
-	return exitOK, false
-}
-
-// fail reports err on one line of stderr and returns the exit code for it:
-// exitUsage for usage errors and invalid arguments, exitUnavailable for
-// anything else (Redis could not be reached or refused).
-func fail(stderr io.Writer, cmd string, err error) int {
-	var ue *usageError
-	if errors.As(err, &ue) || errors.Is(err, redlease.ErrInvalidArgument) {
-		fmt.Fprintf(stderr, "redlease %s: %v (see 'redlease %s -h')\n", cmd, err, cmd)
-		return exitUsage
-	}
-	fmt.Fprintf(stderr, "redlease %s: %v\n", cmd, err)
-	return exitUnavailable
 }
 
 // quietRedisLogger keeps go-redis's own log lines (reconnects, pool

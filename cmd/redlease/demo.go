@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -16,124 +18,131 @@ import (
 	"github.com/redlease/redlease/fencing"
 )
 
-// demo tells the stale-writer story as a timeline: A takes the lease and
-// freezes past its TTL; its lease context ends; B takes the lease with a
-// higher fence and writes; A wakes up, writes with its old fence, and the
-// resource rejects it.
-func demo(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	redisURL := fs.String("redis", "", "Redis URL (redis://host:port/db); empty: an embedded Redis")
-	ttl := fs.Duration("ttl", time.Second, "lease TTL")
+const demoHelp = `usage: redlease demo [flags]
+
+Tells the story redlease exists for, as a timeline: holder A takes the
+lease and freezes past its TTL; its lease context ends; B takes the lease
+with a higher fence and writes; A wakes up and writes with its old fence,
+and the resource, which checks fences, rejects it.
+
+It runs on an embedded Redis, or with -redis URL on a real one. There it
+uses only keys that begin with "redlease-demo:", and removes every key
+with that prefix when it exits, Ctrl-C included (so two demos at once on
+one Redis disturb each other).
+
+Exit status: 0 done; 2 usage error; 69 Redis unreachable or refusing;
+128+N interrupted by signal N (130 for Ctrl-C).
+
+Examples:
+  redlease demo
+  redlease demo -redis redis://127.0.0.1:6379/0 -ttl 2s
+`
+
+// demoPrefix begins every key the demo writes.
+const demoPrefix = "redlease-demo:"
+
+func demoCommand(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("demo", demoHelp)
+	redisURL := fs.String("redis", "", "Redis `URL`, as in 'redlease -h' (default: an embedded Redis)")
+	ttl := fs.Duration("ttl", time.Second, "lease `TTL`")
 	resource := fs.String("resource", "invoice:42", "resource to lease")
-	if err := fs.Parse(args); err != nil {
-		return err
+	if code, done := parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return fail(stderr, "demo", &usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())})
 	}
-	ctx := context.Background()
-
-	rdb, where, stop, err := connect(*redisURL)
+	s, stopEmbedded, err := demoSession(*redisURL, *ttl)
 	if err != nil {
-		return err
+		return fail(stderr, "demo", err)
 	}
-	defer stop()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", where, err)
-	}
-
-	start := time.Now()
-	var outMu sync.Mutex
-	say := func(who, format string, a ...any) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Fprintf(stdout, "%6dms  %-2s %s\n", time.Since(start).Milliseconds(), who, fmt.Sprintf(format, a...))
-	}
-	fmt.Fprintf(stdout, "redlease demo: a stale holder meets a fenced resource (Redis: %s, TTL %v)\n\n", where, *ttl)
-
-	// On a real server the fences continue from earlier runs, as they should.
-	locks := redlease.New(rdb, redlease.WithTTL(*ttl), redlease.WithPrefix("redlease-demo:"))
-	// The resource: an invoice's status in Redis, written only through the
-	// fencing guard, which checks the fence in the same script as the write.
-	guard := fencing.NewRedisGuard(rdb)
-	invoice := *resource + ":status"
-	write := func(l *redlease.Lease, value string) error {
-		return guard.Set(ctx, invoice, value, 0, l.Fence(), l.Owner())
-	}
-
-	// A's whole process freezes, its watchdog included; turning A's watchdog
-	// off models that. (A waits out a lease left by an interrupted run.)
-	actx, cancel := context.WithTimeout(ctx, 3**ttl)
-	defer cancel()
-	a, err := locks.Acquire(actx, *resource, redlease.WithAutoRenew(false))
-	if err != nil {
-		return fmt.Errorf("A: %w", err)
-	}
-	say("A", "acquired %q with fence %d", *resource, a.Fence())
-	go func() {
-		<-a.Context().Done()
-		say("A", "lease context ended (A is frozen and cannot see it yet): %v", context.Cause(a.Context()))
-	}()
-
-	bDone := make(chan error, 1)
-	go func() {
-		b, err := locks.Acquire(ctx, *resource)
-		if err != nil {
-			bDone <- fmt.Errorf("B: %w", err)
-			return
+	defer stopEmbedded()
+	defer s.close()
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() { // ends with the demo or on its first signal
+		select {
+		case sig := <-sigs:
+			stop(signalError{sig})
+		case <-ctx.Done():
 		}
-		defer b.Release(ctx)
-		say("B", "acquired %q with fence %d after A's lease expired in Redis", *resource, b.Fence())
-		if err := write(b, "paid by B"); err != nil {
-			bDone <- fmt.Errorf("B's write: %w", err)
-			return
-		}
-		say("B", "wrote %q with fence %d: accepted", "paid by B", b.Fence())
-		bDone <- nil
 	}()
-
-	if a.Context().Err() == nil {
-		say("A", "checked its lease: still held; starts the payment and freezes (GC pause, VM migration)")
+	if err := s.checkInput([]string{*resource}, []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}); err != nil {
+		return fail(stderr, "demo", err)
 	}
-	time.Sleep(*ttl * 3 / 2)
-	if err := <-bDone; err != nil {
-		return err
+	if err := s.connect(ctx); err != nil {
+		return fail(stderr, "demo", err)
 	}
-	say("A", "wakes up and writes %q with fence %d", "paid by A", a.Fence())
-	switch err := write(a, "paid by A"); {
-	case errors.Is(err, fencing.ErrStaleFence):
-		say("A", "REJECTED by the resource: %v", err)
-	case err != nil:
-		return fmt.Errorf("A's write: %w", err)
-	default:
-		return errors.New("the resource accepted a stale write; this is a bug")
+	invoice := demoPrefix + *resource + ":status"
+	d := &demoRun{ctx: ctx, out: stdout, rdb: s.rdb, locks: s.locks, resource: *resource, ttl: *ttl, start: time.Now(),
+		invoice: invoice, write: invoiceWriter(s.rdb, invoice)}
+	fmt.Fprintf(stdout, "redlease demo: a stale holder meets a fenced resource (Redis: %s, TTL %v)\n\n", s.where, *ttl)
+	storyErr := d.tell()
+	cleanErr := d.cleanUp(s.rdb)
+	var sig signalError
+	switch {
+	case errors.As(context.Cause(ctx), &sig):
+		fmt.Fprintf(stderr, "redlease demo: %v: stopped, and its keys removed\n", sig)
+		return signalStatus(sig.sig)
+	case errors.Is(storyErr, errStaleAccepted):
+		fmt.Fprintln(stderr, "redlease demo:", oneRedlease(storyErr.Error()))
+		return exitFailed
+	case storyErr != nil:
+		return fail(stderr, "demo", storyErr)
+	case cleanErr != nil:
+		return fail(stderr, "demo", cleanErr)
 	}
-	if err := a.Release(ctx); err != nil {
-		say("A", "release reports: %v", err)
-	}
-	value, err := rdb.Get(ctx, invoice).Result()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "\nthe invoice says %q: the stale write changed nothing.\n", value)
-	return nil
+	return exitOK
 }
 
-// connect returns a client of the Redis at url, or of an embedded miniredis
-// whose clock follows real time when url is empty.
-func connect(url string) (redis.UniversalClient, string, func(), error) {
+// demoSession returns a session on the Redis at url, or on an embedded
+// miniredis when url is empty, with a Client for the demo's leases, and a
+// function that stops the embedded server. It does no I/O.
+func demoSession(url string, ttl time.Duration) (*session, func(), error) {
+	stopEmbedded := func() {}
+	var rdb redis.UniversalClient
+	where := redacted(url)
 	if url != "" {
-		opt, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, "", nil, err
+		var err error
+		if rdb, err = newRedis(url); err != nil {
+			return nil, nil, &usageError{fmt.Sprintf("-redis %q: %v", url, err)}
 		}
-		rdb := redis.NewClient(opt)
-		return rdb, opt.Addr, func() { _ = rdb.Close() }, nil
+	} else {
+		mr, stop, err := embeddedRedis()
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb, where, stopEmbedded = redis.NewClient(&redis.Options{Addr: mr.Addr()}), "embedded miniredis", stop
 	}
+	locks := redlease.New(rdb, redlease.WithTTL(ttl), redlease.WithPrefix(demoPrefix))
+	return &session{rdb: rdb, locks: locks, prefix: demoPrefix, where: where}, stopEmbedded, nil
+}
+
+// fencedWrite writes a value to the demo's resource with a lease's fence.
+// rejected reports a write that the resource refused for a stale fence.
+type fencedWrite func(ctx context.Context, l *redlease.Lease, value string) (rejected bool, err error)
+
+// invoiceWriter returns the write of the invoice's status at key: the
+// demo's resource, written only through a fencing guard, which checks the
+// fence in the same script as the write and keeps its fence records under
+// demoPrefix too. It is all of the demo's use of the guards.
+func invoiceWriter(rdb redis.UniversalClient, key string) fencedWrite {
+	guard := fencing.NewRedisGuard(rdb, fencing.WithPrefix(demoPrefix))
+	return func(ctx context.Context, l *redlease.Lease, value string) (bool, error) {
+		err := guard.Set(ctx, key, value, 0, l.Fence(), l.Owner())
+		return errors.Is(err, fencing.ErrStaleFence), err
+	}
+}
+
+// embeddedRedis starts a miniredis whose clock follows real time, and
+// returns it with a function that stops it.
+func embeddedRedis() (*miniredis.Miniredis, func(), error) {
 	mr, err := miniredis.Run()
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, err
 	}
 	// miniredis expires keys only when told time has passed.
 	done := make(chan struct{})
@@ -153,11 +162,60 @@ func connect(url string) (redis.UniversalClient, string, func(), error) {
 			}
 		}
 	}()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return rdb, "embedded miniredis", func() {
-		_ = rdb.Close()
+	return mr, func() {
 		close(done)
 		<-ticked
 		mr.Close()
 	}, nil
+}
+
+// demoRun is one telling of the story.
+type demoRun struct {
+	ctx      context.Context // ends on Ctrl-C
+	out      io.Writer
+	rdb      redis.UniversalClient
+	locks    *redlease.Client
+	invoice  string      // the resource's key
+	write    fencedWrite // its only writer
+	resource string
+	ttl      time.Duration
+	start    time.Time
+	outMu    sync.Mutex
+}
+
+// errStaleAccepted is a stale write the resource let through: a bug.
+var errStaleAccepted = errors.New("the resource accepted a stale write; this is a bug")
+
+func (d *demoRun) say(who, format string, a ...any) {
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	fmt.Fprintf(d.out, "%6dms  %-2s %s\n", time.Since(d.start).Milliseconds(), who, oneRedlease(fmt.Sprintf(format, a...)))
+}
+
+// cleanUp gives back the leases and removes every key under demoPrefix,
+// on every master of a cluster, unbounded by the demo's context.
+func (d *demoRun) cleanUp(rdb redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(context.Background(), redlease.DefaultReleaseTimeout)
+	defer cancel()
+	closeErr := d.locks.Close(ctx) // a release leaves a key behind: Close comes first
+	remove := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, demoPrefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, remove)
+	case *redis.Client:
+		err = remove(ctx, c)
+	}
+	if err != nil {
+		return fmt.Errorf("removing the demo's keys (%s*): %w", demoPrefix, err)
+	}
+	return closeErr
 }

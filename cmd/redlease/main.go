@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,10 +25,12 @@ Commands:
   break   remove a stuck lease by force; the fence counter stays
   demo    show a stale lease holder being stopped by its fencing token
           (embedded Redis by default; -redis URL for a real server)
+  version print the module version and VCS revision redlease was built from
 
 Run 'redlease <command> -h' for the flags of a command.
 
-Connecting (run, status, list, break):
+Connecting (run, status, list, break; after the command, or before it, as
+in 'redlease -redis URL status R'):
   -redis URL  or $REDIS_URL; default ` + defaultURL + `
       redis://[user:password@]host:port[/db][?option=value]   one server
       rediss://...                                             one server, TLS
@@ -37,10 +41,10 @@ Connecting (run, status, list, break):
   -prefix P   key prefix of the leases (default "redlease:")
   -v          debug logs on stderr
 
-Exit status: 0 success; 1 break removed nothing; 2 usage error; 69 Redis
-unreachable or refusing; for run also 75 busy (not acquired), 76 lease lost
-while the command ran, and otherwise the command's own status
-('redlease run -h' has them all).
+Exit status: 0 success; 1 break removed nothing (run: its guardian process
+was killed); 2 usage error; 69 Redis unreachable or refusing; for run also
+75 busy (not acquired), 76 lease lost while the command ran, and otherwise
+the command's own status ('redlease run -h' has them all).
 
 Examples:
   redlease demo
@@ -61,6 +65,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	redis.SetLogger(&quietRedisLogger{})
+	args, err := globalFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "redlease: %v (see 'redlease -h')\n", err)
+		return exitUsage
+	}
 	switch args[0] {
 	case "run":
 		return runCommand(args[1:], stdout, stderr)
@@ -71,15 +80,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "break":
 		return breakCommand(args[1:], stdout, stderr)
 	case "demo":
-		err := demo(args[1:], stdout, stderr)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case err != nil:
-			fmt.Fprintln(stderr, "redlease demo:", err)
-			return exitFailed
-		}
-		return exitOK
+		return demoCommand(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		return versionCommand(args[1:], stdout, stderr)
+	case guardianCommand:
+		return guardianMain(args[1:], stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -87,4 +92,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "redlease: unknown command %q (see 'redlease -h')\n", args[0])
 		return exitUsage
 	}
+}
+
+// commandFlags lists, for each command, the connection flags it takes.
+var commandFlags = map[string][]string{
+	"run": {"redis", "prefix", "v"}, "status": {"redis", "prefix", "v"}, "list": {"redis", "prefix", "v"},
+	"break": {"redis", "prefix", "v"}, "demo": {"redis"}, "version": nil,
+}
+
+// globalFlags moves the connection flags given before the command
+// ('redlease -redis URL status R') after it, where the command reads them.
+// Any other flag there is a mistake, and its error shows the order.
+func globalFlags(args []string) ([]string, error) {
+	if !strings.HasPrefix(args[0], "-") || slices.Contains([]string{"-h", "-help", "--help", "-version", "--version"}, args[0]) {
+		return args, nil
+	}
+	fs := newFlagSet("redlease", usage)
+	addConnFlags(fs)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return []string{"-h"}, nil
+	} else if err != nil {
+		order := "redlease <command> [flags] [arguments]"
+		if i := slices.IndexFunc(args, func(a string) bool { _, ok := commandFlags[a]; return ok }); i >= 0 {
+			order = "redlease " + args[i] + " [flags] ..."
+		}
+		return nil, fmt.Errorf("%v; a command's flags go after it: %s", err, order)
+	}
+	if fs.NArg() == 0 {
+		return nil, errors.New("no command after the flags: redlease <command> [flags] [arguments]")
+	}
+	cmd := fs.Arg(0)
+	takes, known := commandFlags[cmd]
+	if !known {
+		return nil, fmt.Errorf("unknown command %q", cmd)
+	}
+	out := []string{cmd}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err == nil && !slices.Contains(takes, f.Name) {
+			err = fmt.Errorf("-%s does not apply to %s", f.Name, cmd)
+		}
+		out = append(out, "-"+f.Name+"="+f.Value.String())
+	})
+	return append(out, fs.Args()[1:]...), err
 }

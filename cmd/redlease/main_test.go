@@ -20,7 +20,7 @@ func TestDemoOnEmbeddedRedis(t *testing.T) {
 		"lease context ended",
 		`acquired "invoice:42" with fence 2`,
 		`wrote "paid by B" with fence 2: accepted`,
-		`REJECTED by the resource: redlease: stale fence 1 for "invoice:42:status": newest accepted is 2`,
+		`REJECTED by the resource: stale fence 1 for "redlease-demo:invoice:42:status": newest accepted is 2`,
 		`the invoice says "paid by B"`,
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -61,6 +61,11 @@ func TestCommandLineMistakesExitTwoWithOneLine(t *testing.T) {
 		{"list", "a", "b"},
 		{"break"},
 		{"break", "-fence", "x", "res"},
+		{"demo", "-ttl", "banana"},
+		{"demo", "extra"},
+		{"demo", "-ttl", "1.5ms"},
+		{"demo", "-redis", "http://example"},
+		{"version", "extra"},
 		{"nope"},
 	} {
 		var out, errOut bytes.Buffer
@@ -79,6 +84,7 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		"status": "redlease status nightly-report",
 		"list":   "SCAN",
 		"break":  "-fence",
+		"demo":   "redlease-demo:",
 	} {
 		var out, errOut bytes.Buffer
 		if code := run([]string{cmd, "-h"}, &out, &errOut); code != 0 {

@@ -55,10 +55,13 @@ break removes the lease only while it still has that fence (the holder you
 saw in 'redlease status'), never a newer holder that took over meanwhile.
 
 Exits 0 if it removed a lease, 1 if there was none (or it had another fence).
+With -json it prints the lease it found as 'redlease status -json' does, as
+one object, with "removed": true or false.
 
 Examples:
   redlease status nightly-report         # holder ..., fence 34
   redlease break -fence 34 nightly-report
+  redlease break -json nightly-report | jq .owner
 `
 
 // statusJSON is one resource in -json output.
@@ -125,7 +128,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "status", &usageError{"no RESOURCE given"})
 	}
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr)
+	s, err := cf.open(ctx, stderr, fs.Args(), nil)
 	if err != nil {
 		return fail(stderr, "status", err)
 	}
@@ -157,7 +160,7 @@ func listCommand(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "list", &usageError{fmt.Sprintf("one PATTERN at most, got %q", fs.Args())})
 	}
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr)
+	s, err := cf.open(ctx, stderr, nil, nil)
 	if err != nil {
 		return fail(stderr, "list", err)
 	}
@@ -184,15 +187,19 @@ func breakCommand(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("break", breakHelp)
 	cf := addConnFlags(fs)
 	fence := fs.Int64("fence", 0, "remove the lease only while it has this fence (0: whatever lease is there)")
+	asJSON := fs.Bool("json", false, "print what was found and whether it was removed as a JSON object")
 	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
-	if fs.NArg() != 1 {
+	switch {
+	case fs.NArg() != 1:
 		return fail(stderr, "break", &usageError{"want exactly one RESOURCE"})
+	case *fence < 0:
+		return fail(stderr, "break", &usageError{fmt.Sprintf("-fence %d: must not be negative", *fence)})
 	}
 	resource := fs.Arg(0)
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr)
+	s, err := cf.open(ctx, stderr, []string{resource}, nil)
 	if err != nil {
 		return fail(stderr, "break", err)
 	}
@@ -201,19 +208,43 @@ func breakCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, "break", err)
 	}
-	switch {
-	case !st.Held:
-		fmt.Fprintf(stdout, "%q is not held; nothing removed (fence counter %d)\n", resource, st.LastFence)
-		return exitFailed
-	case !removed:
-		fmt.Fprintf(stdout, "%q is held under fence %d, not %d; nothing removed\n", resource, st.Fence, *fence)
-		return exitFailed
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(breakJSON{toJSON(st), removed}); err != nil {
+			fmt.Fprintln(stderr, "redlease break:", err)
+			return exitFailed
+		}
+	} else {
+		printBreak(stdout, st, removed, *fence)
 	}
-	fmt.Fprintf(stdout, "removed the lease of %q: holder %s, fence %d, %s left\n",
-		resource, st.Owner, st.Fence, formatTTL(st.TTL))
-	fmt.Fprintf(stdout, "the fence counter stays at %d: the next holder gets a larger fence\n", st.LastFence)
-	if st.Waiters > 0 {
-		fmt.Fprintf(stdout, "%d waiter(s) queued; the first live one was woken\n", st.Waiters)
+	if !removed {
+		return exitFailed
 	}
 	return exitOK
+}
+
+// breakJSON is break's -json output: the lease found, and whether it was
+// removed.
+type breakJSON struct {
+	statusJSON
+	Removed bool `json:"removed"`
+}
+
+// printBreak says what break found and did.
+func printBreak(w io.Writer, st redlease.Status, removed bool, fence int64) {
+	switch {
+	case !st.Held:
+		fmt.Fprintf(w, "%q is not held; nothing removed (fence counter %d)\n", st.Resource, st.LastFence)
+		return
+	case !removed:
+		fmt.Fprintf(w, "%q is held under fence %d, not %d; nothing removed\n", st.Resource, st.Fence, fence)
+		return
+	}
+	fmt.Fprintf(w, "removed the lease of %q: holder %s, fence %d, %s left\n",
+		st.Resource, st.Owner, st.Fence, formatTTL(st.TTL))
+	fmt.Fprintf(w, "the fence counter stays at %d: the next holder gets a larger fence\n", st.LastFence)
+	if st.Waiters > 0 {
+		fmt.Fprintf(w, "%d waiter(s) queued; the first live one was woken\n", st.Waiters)
+	}
 }

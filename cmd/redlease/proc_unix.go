@@ -5,7 +5,6 @@ package main
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"syscall"
 )
 
@@ -18,12 +17,12 @@ var jobControl = []os.Signal{syscall.SIGTSTP, syscall.SIGCONT}
 // isStop reports whether sig asks redlease to stop (Ctrl-Z).
 func isStop(sig os.Signal) bool { return sig == syscall.SIGTSTP }
 
-// stopGroup stops every process in the process group led by p.
-func stopGroup(p *os.Process) error { return signalGroup(p, syscall.SIGSTOP) }
+// stopGroup stops every process in process group pgid.
+func stopGroup(pgid int) error { return signalGroup(pgid, syscall.SIGSTOP) }
 
-// resumeGroup continues the process group led by p after stopGroup; it also
-// lets a stopped process act on a SIGTERM that waits for it.
-func resumeGroup(p *os.Process) error { return signalGroup(p, syscall.SIGCONT) }
+// resumeGroup continues process group pgid after stopGroup; it also lets a
+// stopped process act on a SIGTERM that waits for it.
+func resumeGroup(pgid int) error { return signalGroup(pgid, syscall.SIGCONT) }
 
 // stopSelf stops redlease until it gets SIGCONT. It raises SIGSTOP rather
 // than SIGTSTP: the kernel discards a SIGTSTP left to its default action in
@@ -31,17 +30,17 @@ func resumeGroup(p *os.Process) error { return signalGroup(p, syscall.SIGCONT) }
 // lease of a command it has just stopped. SIGSTOP cannot be discarded.
 func stopSelf() error { return syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
 
-// groupAlive reports whether the process group led by p, whose leader has
-// exited and been waited for, still has a member that is not a zombie.
-func groupAlive(p *os.Process) bool {
-	if errors.Is(syscall.Kill(-p.Pid, 0), syscall.ESRCH) {
+// groupAlive reports whether process group pgid still has a member that is
+// not a zombie.
+func groupAlive(pgid int) bool {
+	if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
 		return false
 	}
 	// EPERM means a member that changed its user: it still runs. Zombies
 	// would also answer: they stay in the group until their parent (for an
-	// orphan, PID 1 or a subreaper) collects them, and some containers'
+	// orphan, the guardian or PID 1) collects them, and some containers'
 	// PID 1 never does.
-	return !onlyZombies(p.Pid)
+	return !onlyZombies(pgid)
 }
 
 // forwarded are the signals that redlease run passes on to its command.
@@ -52,35 +51,22 @@ var terminate os.Signal = syscall.SIGTERM
 
 const terminateName = "SIGTERM"
 
-// setGroup makes the command the leader of a process group of its own, so
-// that a signal sent to the group reaches everything it started (the
-// children of a shell script too), and tells the kernel to send it SIGTERM
-// should redlease die first (Linux).
-func setGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setDeathSignal(cmd.SysProcAttr)
-}
-
-// signalGroup sends sig to the process group led by p. A group that is gone
-// is no error.
-func signalGroup(p *os.Process, sig os.Signal) error {
-	s, ok := sig.(syscall.Signal)
-	if !ok {
-		return p.Signal(sig)
-	}
-	if err := syscall.Kill(-p.Pid, s); err != nil && !errors.Is(err, syscall.ESRCH) {
+// signalGroup sends sig to process group pgid. A group that is gone is no
+// error.
+func signalGroup(pgid int, sig os.Signal) error {
+	if err := syscall.Kill(-pgid, sig.(syscall.Signal)); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
 	}
 	return nil
 }
 
-// exitStatus is the status a shell would report for ps: the exit code, or
+// exitStatus is the status a shell would report for ws: the exit code, or
 // 128+N for a process killed by signal N.
-func exitStatus(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func exitStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return ps.ExitCode()
+	return ws.ExitStatus()
 }
 
 // signalStatus is the exit status of redlease stopped by sig: 128+N.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +41,21 @@ cannot be followed: it runs on without the lease.
 Ctrl-Z (SIGTSTP) stops COMMAND's group, then redlease. On SIGCONT (fg),
 COMMAND is resumed if the lease is still alive; stopped past its lifetime,
 the lease is gone, and COMMAND gets SIGTERM instead. SIGSTOP sent to redlease
-cannot be caught: COMMAND runs on, unrenewed, and once the lease has lapsed
-only REDLEASE_FENCE protects the target.
+cannot be caught: its guardian (below) sends COMMAND's group SIGTERM a
+second after the lease's local deadline, and SIGKILL -grace later.
+
+COMMAND's parent is a guardian process (redlease __guardian, in a process
+group of its own) that outlives redlease. If redlease is killed (kill -9,
+the OOM killer), nobody renews the lease: the guardian sends COMMAND's group
+SIGTERM at once, and SIGKILL -grace later or at the lease's local deadline,
+whichever comes first, so that the group is gone before Redis can let the
+next holder in. Like flock(1)'s lock, this reaches only what stays in the
+group: a process that left it (setsid, a daemon that detaches) is not
+followed. If the guardian is killed too (pkill -9 redlease), Linux sends
+COMMAND itself SIGTERM, but what COMMAND started runs on; if only the
+guardian is killed, redlease stops the group and exits 1. Elsewhere than on
+Linux, COMMAND is not told of its guardian's death; without Unix process
+groups (Windows) there is no guardian, and COMMAND runs on unrenewed.
 
 If the lease ends while COMMAND runs (Redis says it is not ours any more, no
 renewal was confirmed in time, or -max-hold ran out), COMMAND's process group
@@ -54,6 +66,7 @@ REDLEASE_FENCE protects the target.
 
 Exit status:
   the command's own status (128+N if it was killed by signal N)
+  1    the guardian was killed while the command ran; the command was stopped
   69   Redis unreachable or refusing, also when -wait ran out during an
        outage; the command did not run
   75   not acquired: the lease is held (-nowait), or was still held when
@@ -93,8 +106,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "run", &usageError{fmt.Sprintf("flag %s after RESOURCE: flags go before it", rest[1])})
 	case *nowait && *wait > 0:
 		return fail(stderr, "run", &usageError{"-wait and -nowait exclude each other"})
-	case *grace < 0 || *wait < 0:
-		return fail(stderr, "run", &usageError{"-grace and -wait must not be negative"})
+	case *grace < 0:
+		return fail(stderr, "run", &usageError{fmt.Sprintf("-grace %v: must not be negative", *grace)})
 	}
 	resource, argv := rest[0], rest[1:]
 	if len(argv) > 0 && argv[0] == "--" {
@@ -103,16 +116,24 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if len(argv) == 0 {
 		return fail(stderr, "run", &usageError{"no COMMAND given"})
 	}
-	opts := []redlease.Option{redlease.WithTTL(*ttl), redlease.WithMaxHold(*maxHold), redlease.WithFair(*fair)}
-	if *margin > 0 {
-		opts = append(opts, redlease.WithSafetyMargin(*margin))
+	// 0 means the default for -margin and -wait; other values, negative
+	// ones too, go to the library, which checks them.
+	flags := []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}
+	if *margin != 0 {
+		flags = append(flags, flagOption{"-margin", *margin, redlease.WithSafetyMargin(*margin)})
 	}
-	if *wait > 0 {
-		opts = append(opts, redlease.WithMaxWait(*wait))
+	flags = append(flags, flagOption{"-max-hold", *maxHold, redlease.WithMaxHold(*maxHold)})
+	if *wait != 0 {
+		flags = append(flags, flagOption{"-wait", *wait, redlease.WithMaxWait(*wait)})
+	}
+	flags = append(flags, flagOption{"-fair", *fair, redlease.WithFair(*fair)})
+	opts := make([]redlease.Option, len(flags))
+	for i, f := range flags {
+		opts[i] = f.opt
 	}
 
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr)
+	s, err := cf.open(ctx, stderr, []string{resource}, flags)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
@@ -132,7 +153,7 @@ type runner struct {
 }
 
 func (r *runner) say(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "redlease run: "+format+"\n", args...)
+	fmt.Fprintln(r.stderr, "redlease run:", oneRedlease(fmt.Sprintf(format, args...)))
 }
 
 // signalError is the cause of an acquire stopped by a signal.
@@ -157,22 +178,11 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		}
 		return exitCannotExec // found, but a directory, not executable, or only relative to "."
 	}
-	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	lease, code := r.acquire(ctx, sigs, wait, opts)
+	renewals, observe := renewalNotices()
+	lease, code := r.acquire(ctx, sigs, wait, append(opts, observe))
 	if lease == nil {
 		return code
 	}
-
-	// The parent-death signal (Linux) is tied to the thread that starts the
-	// command: keep this goroutine on it until the command has ended.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
-	cmd.Env = append(os.Environ(),
-		"REDLEASE_RESOURCE="+r.resource,
-		"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-		"REDLEASE_OWNER="+lease.Owner())
-	setGroup(cmd)
 	// Caught from before the start, so that an early Ctrl-Z waits for
 	// supervise rather than stopping redlease alone. Notify with no signals
 	// would catch them all.
@@ -181,26 +191,81 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		signal.Notify(jobSigs, jobControl...)
 		defer signal.Stop(jobSigs)
 	}
-	if err := cmd.Start(); err != nil {
+	j, err := startJob(jobSpec{
+		argv: r.argv,
+		env: append(os.Environ(),
+			"REDLEASE_RESOURCE="+r.resource,
+			"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
+			"REDLEASE_OWNER="+lease.Owner()),
+		grace: r.grace,
+		first: guardState{mode: modeRun, leaseLeft: max(time.Until(lease.Deadline()), 0)},
+		stdin: os.Stdin, stdout: r.stdout, stderr: r.stderr,
+	})
+	if err != nil {
 		_ = r.release(lease)
-		r.say("%v", err)
-		if errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec
+		var sf *startFailure
+		errors.As(err, &sf)
+		r.say("%s", sf.msg)
+		return sf.status
 	}
-	r.s.debug("started", "pid", cmd.Process.Pid)
+	r.s.debug("started", "pid", j.pid())
+	lost := r.supervise(j, lease, sigs, jobSigs, renewals)
+	j.finish()
+	return r.conclude(lease, lost, j.status())
+}
 
-	lost := r.supervise(cmd, lease, sigs, jobSigs)
-	status := exitStatus(cmd.ProcessState)
+// renewalNotices returns an option that observes a lease's confirmed
+// renewals, and the channel it tells of them on (one notice may stand for
+// several), for the supervisor to pass each new deadline on to the guardian.
+// An observer must not block, nor call the lease.
+func renewalNotices() (<-chan struct{}, redlease.Option) {
+	renewals := make(chan struct{}, 1)
+	return renewals, redlease.WithObserver(redlease.ObserverFunc(func(_ context.Context, e redlease.Event) {
+		if e.Kind == redlease.EventRenew && e.Outcome == redlease.OutcomeOK {
+			select {
+			case renewals <- struct{}{}:
+			default:
+			}
+		}
+	}))
+}
+
+// jobSpec is what startJob starts: COMMAND, with what its guardian needs.
+type jobSpec struct {
+	argv, env []string
+	grace     time.Duration // after SIGTERM, should redlease die
+	first     guardState    // the lease as it is when COMMAND starts
+	stdin     io.Reader
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// startFailure is a COMMAND that could not be started, and redlease's exit
+// status for it.
+type startFailure struct {
+	status int
+	msg    string
+}
+
+func (e *startFailure) Error() string { return e.msg }
+
+// conclude releases the lease after the command and what it left behind
+// are gone, and returns redlease's exit status: the command's, or exitLost
+// if the lease ended before the command did.
+func (r *runner) conclude(lease *redlease.Lease, lost error, status int) int {
 	if lost == nil && lease.Context().Err() != nil {
 		lost = context.Cause(lease.Context()) // ended as the command exited
 	}
 	relErr := r.release(lease)
 	switch {
+	case lost != nil && status < 0:
+		r.say("the lease of %q ended; the command's exit status is unknown (its guardian was killed)", r.resource)
+		return exitLost
 	case lost != nil:
 		r.say("the command exited with status %d after the lease of %q ended", status, r.resource)
 		return exitLost
+	case status < 0:
+		return exitFailed // the guardian was killed, and the command stopped
 	case errors.Is(relErr, redlease.ErrLeaseLost):
 		r.say("the lease of %q was lost before the command ended (it expired or was broken): %v; "+
 			"the command exited with status %d", r.resource, relErr, status)
@@ -276,163 +341,6 @@ func contended(err error) bool {
 	// Leaves are compared, not matched with errors.Is: a network timeout
 	// matches context.DeadlineExceeded too, and it is an outage.
 	return err == redlease.ErrNotAcquired || err == context.DeadlineExceeded
-}
-
-// The processes a command left in its process group are polled for, from
-// every pollFirst, backing off to every pollMax: most exit at once on
-// SIGTERM, and on Linux a poll may read all of /proc.
-const (
-	pollFirst = 5 * time.Millisecond
-	pollMax   = 100 * time.Millisecond
-)
-
-// killWait bounds the wait for processes sent SIGKILL to leave the group. A
-// process in an uninterruptible sleep (a hung NFS mount) dies only when the
-// sleep ends; the lease is released without waiting for it.
-const killWait = 2 * time.Second
-
-// supervise waits for the command to exit, and then for what it left behind
-// in its process group, passing signals on; it stops them if the lease ends
-// first, and stops them with redlease on Ctrl-Z. It returns why the lease
-// ended, if it did.
-func (r *runner) supervise(cmd *exec.Cmd, lease *redlease.Lease, sigs, jobSigs <-chan os.Signal) (lost error) {
-	exited := make(chan struct{})
-	go func() { // ends when the command has exited
-		defer close(exited)
-		_ = cmd.Wait() // its status is in cmd.ProcessState
-	}()
-	leaseDone := lease.Context().Done()
-	var (
-		kill, poll     *time.Timer
-		killC, pollC   <-chan time.Time
-		giveUpC        <-chan time.Time
-		pollDelay      = pollFirst
-		leftovers      bool // the command has exited; processes it started are still in its group
-		stoppedByCtrlZ bool // the group was stopped on Ctrl-Z, and not resumed since
-	)
-	defer func() {
-		if kill != nil {
-			kill.Stop()
-		}
-		if poll != nil {
-			poll.Stop()
-		}
-	}()
-	send := func(sig os.Signal, name string) {
-		if err := signalGroup(cmd.Process, sig); err != nil {
-			r.say("sending %s: %v", name, err)
-		}
-	}
-	// terminateGroup sends the group SIGTERM, and SIGCONT: a stopped process
-	// acts on SIGTERM only once continued. SIGKILL follows -grace later.
-	terminateGroup := func() {
-		send(terminate, terminateName)
-		if err := resumeGroup(cmd.Process); err != nil {
-			r.say("sending SIGCONT: %v", err)
-		}
-		stoppedByCtrlZ = false
-		kill = time.NewTimer(r.grace)
-		killC = kill.C
-	}
-	// end records that the lease is gone and stops what still runs under
-	// it. It reports whether supervise is done. Its caller sets leaseDone
-	// to nil, so that it runs once.
-	end := func(cause error) (done bool) {
-		lost = cause
-		if leftovers { // they have had SIGTERM already: no more grace
-			r.say("lease of %q ended while processes the command left behind ran: %v; sending them SIGKILL", r.resource, lost)
-			send(os.Kill, "SIGKILL")
-			return true
-		}
-		r.say("lease of %q ended while the command ran: %v; sending it %s", r.resource, lost, terminateName)
-		terminateGroup()
-		return false
-	}
-	for { // ends when the group is empty; SIGKILL makes sure it will be
-		select {
-		case <-exited:
-			exited = nil
-			if lost != nil {
-				// What the command left behind in its group. No error: the
-				// group may be gone (and, without groups, the command is).
-				_ = signalGroup(cmd.Process, os.Kill)
-				return lost
-			}
-			if !groupAlive(cmd.Process) {
-				return nil
-			}
-			// What the command started in the background (a shell's '&')
-			// runs under the lease too: the lease is released only once
-			// that has exited, or the next holder would overlap it.
-			leftovers = true
-			r.s.debug("the command exited; processes it left in its process group still run: sending them "+terminateName,
-				"pgid", cmd.Process.Pid, "status", exitStatus(cmd.ProcessState), "grace", r.grace)
-			terminateGroup()
-			poll = time.NewTimer(pollDelay)
-			pollC = poll.C
-		case <-pollC:
-			if !groupAlive(cmd.Process) {
-				return lost
-			}
-			pollDelay = min(2*pollDelay, pollMax)
-			poll.Reset(pollDelay)
-		case <-giveUpC:
-			r.say("processes the command left behind survived SIGKILL for %v; releasing the lease of %q anyway", killWait, r.resource)
-			return lost
-		case sig := <-sigs:
-			r.s.debug("passing a signal on", "signal", sig.String())
-			if err := signalGroup(cmd.Process, sig); err != nil {
-				r.say("passing %v on: %v", sig, err)
-			}
-		case sig := <-jobSigs:
-			if isStop(sig) {
-				// The group first: once redlease is stopped, nobody renews
-				// the lease, and it may go to another owner.
-				r.s.debug("Ctrl-Z (SIGTSTP): stopping the command's process group, then redlease")
-				if err := stopGroup(cmd.Process); err != nil {
-					r.say("stopping the command: %v", err)
-				}
-				stoppedByCtrlZ = true
-				if err := stopSelf(); err != nil {
-					r.say("stopping: %v", err)
-				}
-				continue // on SIGCONT, redlease goes on here
-			}
-			if !stoppedByCtrlZ { // not ours to resume: the command may have stopped itself
-				continue
-			}
-			stoppedByCtrlZ = false
-			if lost == nil {
-				if cause := leaseGone(lease); cause != nil {
-					leaseDone = nil
-					if end(cause) {
-						return lost
-					}
-					continue
-				}
-			}
-			r.s.debug("resuming the command's process group")
-			if err := resumeGroup(cmd.Process); err != nil {
-				r.say("resuming the command: %v", err)
-			}
-		case <-leaseDone:
-			leaseDone = nil
-			if end(context.Cause(lease.Context())) {
-				return lost
-			}
-		case <-killC:
-			killC = nil
-			if leftovers {
-				r.s.debug("processes the command left behind still run after "+terminateName+": sending them SIGKILL",
-					"pgid", cmd.Process.Pid, "grace", r.grace)
-				send(os.Kill, "SIGKILL")
-				giveUpC = time.After(killWait)
-				continue
-			}
-			r.say("the command still runs %v after %s; sending it SIGKILL", r.grace, terminateName)
-			send(os.Kill, "SIGKILL")
-		}
-	}
 }
 
 // leaseGone returns why the lease has ended, or nil while it holds. After

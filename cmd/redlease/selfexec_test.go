@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // asRedleaseEnv makes the test binary run as redlease: tests that need a
@@ -21,24 +23,35 @@ import (
 const asRedleaseEnv = "REDLEASE_TEST_RUN_AS_REDLEASE"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asRedleaseEnv) == "1" {
+	// The guardian too: redlease run starts its own binary as the guardian,
+	// and a run inside the tests starts the test binary.
+	if os.Getenv(asRedleaseEnv) == "1" || len(os.Args) > 1 && os.Args[1] == guardianCommand {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	redis.SetLogger(&quietRedisLogger{}) // once: tests that run in parallel read it
-	os.Exit(m.Run())
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the test binary cannot run itself as redlease:", err)
+		os.Exit(1)
+	}
+	testBinary = exe
+	servertest.Main(m) // silences go-redis's logger once: tests that run in parallel read it
 }
+
+// testBinary is the path of the test binary, which runs as redlease.
+var testBinary string
 
 // redleaseProcess returns a command that runs redlease with args, in a
 // process of its own, and buffers for its stdout and stderr.
 func redleaseProcess(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, exe, args...)
+	return redleaseCommand(ctx, args...)
+}
+
+// redleaseCommand is redleaseProcess bounded by ctx.
+func redleaseCommand(ctx context.Context, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	cmd := exec.CommandContext(ctx, testBinary, args...)
 	cmd.Env = append(os.Environ(), asRedleaseEnv+"=1")
 	if _, set := os.LookupEnv("GORACE"); !set {
 		// Under -race, a process waits a second before it exits, for

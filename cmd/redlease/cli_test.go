@@ -1,4 +1,6 @@
-package redlease
+//go:build unix
+
+package main
 
 import (
 	"bytes"
@@ -9,25 +11,29 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redlease/redlease/internal/servertest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/servertest"
 )
 
-// End-to-end tests of cmd/redlease: the binary is built once, and every
-// subtest runs it against one redis-server, on resources of its own.
+// End-to-end tests: every subtest runs redlease (the test binary, see
+// asRedleaseEnv) against one redis-server, on resources of its own.
 
-// cli runs the redlease binary.
+// cli runs redlease against the Redis at url.
 type cli struct {
-	bin string
 	url string
 }
+
+// uuidV4 is the form of an owner token.
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 // result is how a run of the binary ended.
 type result struct {
@@ -37,14 +43,9 @@ type result struct {
 
 // command returns the binary's command for args, talking to the test's Redis.
 func (c cli) command(ctx context.Context, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
-	cmd := exec.CommandContext(ctx, c.bin, args...)
-	cmd.Env = append(os.Environ(), "REDIS_URL="+c.url)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	// A process the command left behind may hold the output pipes open:
-	// Wait gives up on them this long after redlease exited.
-	cmd.WaitDelay = 5 * time.Second
-	return cmd, &out, &errOut
+	cmd, out, errOut := redleaseCommand(ctx, args...)
+	cmd.Env = append(cmd.Env, "REDIS_URL="+c.url)
+	return cmd, out, errOut
 }
 
 func (c cli) run(t *testing.T, args ...string) result {
@@ -61,20 +62,16 @@ func (c cli) run(t *testing.T, args ...string) result {
 }
 
 func TestCLI(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "redlease")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/redlease").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	srv := servertest.Redis(t)
-	c := cli{bin: bin, url: "redis://" + srv.Addr}
-	locks := New(srv.Client(t))
+	c := cli{url: srv.URL()}
+	locks := redlease.New(srv.Client(t))
 	t.Cleanup(func() { _ = locks.Close(context.Background()) })
 
 	t.Run("DemoOnRealRedis", func(t *testing.T) {
 		t.Parallel()
 		r := c.run(t, "demo", "-redis", c.url, "-ttl", "500ms", "-resource", "demo-invoice")
 		require.Zero(t, r.code, r.stderr)
-		require.Contains(t, r.stdout, "REJECTED by the resource: redlease: stale fence")
+		require.Contains(t, r.stdout, "REJECTED by the resource: stale fence")
 		require.Contains(t, r.stdout, `the invoice says "paid by B"`)
 	})
 
@@ -172,8 +169,8 @@ func TestCLI(t *testing.T) {
 			"?max_retries=-1&pool_size=2",
 		} {
 			srv := servertest.Redis(t)
-			c := cli{bin: bin, url: "redis://" + srv.Addr + query}
-			other := New(srv.Client(t), WithAutoRenew(false), WithTTL(time.Minute))
+			c := cli{url: "redis://" + srv.Addr + query}
+			other := redlease.New(srv.Client(t), redlease.WithAutoRenew(false), redlease.WithTTL(time.Minute))
 			_, err := other.TryAcquire(t.Context(), "gone")
 			require.NoError(t, err)
 
@@ -236,7 +233,7 @@ func TestCLI(t *testing.T) {
 			require.Contains(t, errOut.String(), "sending it SIGKILL")
 			pid, err := os.ReadFile(filepath.Join(sub, "pid"))
 			require.NoError(t, err)
-			servertest.WaitFor(t, 10*time.Second, func() bool { return gone(strings.TrimSpace(string(pid))) })
+			servertest.WaitFor(t, 10*time.Second, func() bool { n, _ := strconv.Atoi(strings.TrimSpace(string(pid))); return processGone(n) })
 		}
 	})
 
@@ -260,13 +257,10 @@ func TestCLI(t *testing.T) {
 		require.False(t, st.Held, "released after the command exited")
 	})
 
-	// If redlease itself is killed, nobody renews the lease: the kernel
-	// sends the command SIGTERM (Linux's parent-death signal).
+	// If redlease itself is killed, nobody renews the lease: its guardian
+	// sends the command SIGTERM (guardian_test.go has the whole group).
 	t.Run("CommandEndsWithRedlease", func(t *testing.T) {
 		t.Parallel()
-		if runtime.GOOS != "linux" {
-			t.Skip("parent-death signal is Linux only")
-		}
 		sub := t.TempDir()
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
@@ -287,7 +281,7 @@ func TestCLI(t *testing.T) {
 		})
 		require.NoError(t, cmd.Process.Kill())
 		_ = cmd.Wait()
-		servertest.WaitFor(t, 10*time.Second, func() bool { return gone(strconv.Itoa(n)) })
+		servertest.WaitFor(t, 10*time.Second, func() bool { return processGone(n) })
 	})
 
 	t.Run("StatusListBreak", func(t *testing.T) {
@@ -350,7 +344,7 @@ func TestCLI(t *testing.T) {
 		for _, n := range nodes {
 			addrs = append(addrs, n.Addr)
 		}
-		c := cli{bin: bin, url: "redis+cluster://" + strings.Join(addrs, ",")}
+		c := cli{url: "redis+cluster://" + strings.Join(addrs, ",")}
 		for i := range 6 {
 			r := c.run(t, "run", fmt.Sprintf("node:%d", i), "--", "true")
 			require.Zero(t, r.code, r.stderr)
@@ -359,22 +353,12 @@ func TestCLI(t *testing.T) {
 		require.Zero(t, r.code, r.stderr)
 		require.Equal(t, 1, strings.Count(r.stdout, "\n"), "a header; released, the resources left nothing to list:\n%s", r.stdout)
 
-		locks := New(cc)
+		locks := redlease.New(cc)
 		defer locks.Close(context.Background())
 		held, err := locks.TryAcquire(t.Context(), "node:3")
 		require.NoError(t, err)
 		r = c.run(t, "break", "node:3")
 		require.Zero(t, r.code, r.stderr)
-		require.ErrorIs(t, held.Release(t.Context()), ErrLeaseLost)
+		require.ErrorIs(t, held.Release(t.Context()), redlease.ErrLeaseLost)
 	})
-}
-
-// gone reports whether the process pid has ended (a zombie counts as ended).
-func gone(pid string) bool {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return true
-	}
-	_, after, _ := strings.Cut(string(data), ") ")
-	return strings.HasPrefix(after, "Z")
 }

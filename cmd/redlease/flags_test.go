@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlease/redlease"
+)
+
+// Flags are checked before any connection: with nothing listening, a bad
+// flag is a usage error (2) that names the flag, not an outage (69).
+func TestFlagsAreCheckedBeforeConnecting(t *testing.T) {
+	const down = "redis://127.0.0.1:1"
+	for _, tc := range []struct {
+		args []string
+		want string // in the message
+	}{
+		{[]string{"run", "-redis", down, "-ttl", "1.5ms", "res", "--", "true"}, "-ttl 1.5ms: TTL 1.5ms is not a whole number of milliseconds"},
+		{[]string{"run", "-redis", down, "-ttl", "0", "res", "--", "true"}, "-ttl 0s: "},
+		{[]string{"run", "-redis", down, "-ttl", "3s", "-margin", "3s", "res", "--", "true"}, "-margin 3s: "},
+		{[]string{"run", "-redis", down, "-margin", "-1s", "res", "--", "true"}, "-margin -1s: "},
+		{[]string{"run", "-redis", down, "-max-hold", "-1s", "res", "--", "true"}, "-max-hold -1s: "},
+		{[]string{"run", "-redis", down, "-wait", "-1s", "res", "--", "true"}, "-wait -1s: "},
+		{[]string{"run", "-redis", down, "-grace", "-1s", "res", "--", "true"}, "-grace -1s: "},
+		{[]string{"run", "-redis", down, "-prefix", "a{", "res", "--", "true"}, `-prefix "a{": `},
+		{[]string{"run", "-redis", down, "}res", "--", "true"}, `RESOURCE "}res": `},
+		{[]string{"run", "-redis", down, "", "--", "true"}, `RESOURCE "": `},
+		{[]string{"status", "-redis", down, "-prefix", "a}", "res"}, `-prefix "a}": `},
+		{[]string{"status", "-redis", down, "ok", "}res"}, `RESOURCE "}res": `},
+		{[]string{"list", "-redis", down, "-prefix", "{"}, `-prefix "{": `},
+		{[]string{"break", "-redis", down, "}res"}, `RESOURCE "}res": `},
+		{[]string{"break", "-redis", down, "-fence", "-3", "res"}, "-fence -3: "},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(tc.args, &out, &errOut)
+		if code != exitUsage || !strings.Contains(errOut.String(), tc.want) || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and one line with %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}
+
+// The check behind TestFlagsAreCheckedBeforeConnecting relies on the
+// library rejecting bad input before any round trip, and on an acquire
+// whose context has ended going no further: nothing is dialled.
+func TestCheckingInputSendsNothing(t *testing.T) {
+	var dials atomic.Int64
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	defer rdb.Close()
+	s := &session{rdb: rdb, locks: redlease.New(rdb), prefix: redlease.DefaultPrefix}
+	defer s.close()
+	if err := s.checkInput([]string{"fine"}, nil); err != nil {
+		t.Errorf("valid input: %v", err)
+	}
+	if err := s.checkInput([]string{"fine"}, []flagOption{{"-ttl", "1.5ms", redlease.WithTTL(1500000)}}); err == nil {
+		t.Error("-ttl 1.5ms: no error")
+	}
+	if n := dials.Load(); n != 0 {
+		t.Errorf("checking input dialled Redis %d times", n)
+	}
+}
+
+// Flags that connect may come before the command, where the usage text
+// once put them, or get a message that shows the order.
+func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := run([]string{"-redis", "redis://127.0.0.1:1", "status", "res"}, &out, &errOut)
+	if code != exitUnavailable || !strings.Contains(errOut.String(), "127.0.0.1:1 unreachable") {
+		t.Errorf("-redis before status: exit %d, stderr %q; want it used (69, unreachable)", code, errOut.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-ttl", "5s", "run", "res", "--", "true"}, "redlease run [flags]"},
+		{[]string{"-redis", "redis://h:1"}, "redlease <command> [flags]"},
+		{[]string{"-prefix", "p:", "demo"}, "-prefix does not apply to demo"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(tc.args, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), tc.want) ||
+			strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and one line with %q", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}
+
+func TestBreakJSON(t *testing.T) {
+	_, url, other := testRedis(t)
+	l, err := other.TryAcquire(t.Context(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct {
+		code    int
+		removed bool
+	}{{0, true}, {1, false}} {
+		var out, errOut bytes.Buffer
+		code := run([]string{"break", "-redis", url, "-json", "j"}, &out, &errOut)
+		var got struct {
+			Resource  string `json:"resource"`
+			Removed   bool   `json:"removed"`
+			Held      bool   `json:"held"`
+			Owner     string `json:"owner"`
+			Fence     int64  `json:"fence"`
+			LastFence int64  `json:"last_fence"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil || code != want.code || got.Removed != want.removed ||
+			got.Resource != "j" || got.LastFence != l.Fence() || want.removed && (got.Owner != l.Owner() || got.Fence != l.Fence()) {
+			t.Errorf("break -json: exit %d, %+v (%v), stderr %q; want exit %d, removed %v", code, got, err, errOut.String(), want.code, want.removed)
+		}
+	}
+}
+
+func TestOneRedlease(t *testing.T) {
+	for in, want := range map[string]string{
+		`redlease: "job1": redlease: invalid argument: TTL 1.5ms is not a whole number of milliseconds`:                        `"job1": invalid argument: TTL 1.5ms is not a whole number of milliseconds`,
+		`not acquired: redlease: lease not acquired: "r": context deadline exceeded (last attempt: redlease: outcome unknown)`: `not acquired: lease not acquired: "r": context deadline exceeded (last attempt: outcome unknown)`,
+		`redlease: redlease: twice`: `twice`,
+		`a; redlease: b`:            `a; b`,
+		// Inside a quoted name, or not at the start of a part, it stays.
+		`redlease: "x: redlease: y" is held`:        `"x: redlease: y" is held`,
+		`redlease: "q\": redlease: z": redlease: w`: `"q\": redlease: z": w`,
+		`myredlease: x`:    `myredlease: x`,
+		`no prefix at all`: `no prefix at all`,
+	} {
+		if got := oneRedlease(in); got != want {
+			t.Errorf("oneRedlease(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
