@@ -34,10 +34,30 @@ type Status struct {
 	// newest fence handed out for it (the counter is its hash slot's), 0 if
 	// no resource of that slot was ever acquired (or the counter was lost).
 	LastFence int64
-	// Waiters is the number of acquirers queued for the lease. It may count
-	// waiters that died and are not dropped yet (for up to 3 s).
+	// Waiters is the number of acquirers queued for the lease (or a shared
+	// lease). It may count waiters that died and are not dropped yet (for up
+	// to 3 s).
 	Waiters int64
+	// Permits is a semaphore's number of permits, 0 if the resource has none
+	// (AcquireSemaphore).
+	Permits int
+	// Shared are the holders of the resource's shared leases: its
+	// semaphore's permits, its write lease, its read leases.
+	Shared []Holder
 }
+
+// Holder is one holder of a shared lease, in a Status.
+type Holder struct {
+	Kind   string // "permit", "write" or "read"
+	Permit int    // the permit, for kind "permit"
+	Owner  string
+	Fence  int64
+	Holder string        // the holder's description (WithHolder)
+	TTL    time.Duration // the time its lease has left
+}
+
+// holderKinds names the kinds of inspect.lua's reply.
+var holderKinds = map[string]string{"p": "permit", "w": "write", "r": "read"}
 
 // setLease fills the holder's fields from a lease value and its remaining
 // TTL (negative: no expiry).
@@ -70,17 +90,18 @@ func (c *Client) Inspect(ctx context.Context, resource string) (Status, error) {
 // a resource's keys share a Redis Cluster hash slot), sent in pipelines.
 func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) ([]Status, error) {
 	names := make([]resourceKeys, len(resources))
+	shared := make([]*sharedKeys, len(resources))
 	for i, r := range resources {
-		names[i] = keys(cfg.prefix, r)
+		names[i], shared[i] = keys(cfg.prefix, r), newSharedKeys(cfg.prefix, r)
 	}
-	replies := c.b.evalAll(ctx, len(resources), func(i int) call { return inspectCall(&names[i]) })
+	replies := c.b.evalAll(ctx, len(resources), func(i int) call { return inspectCall(&names[i], shared[i]) })
 	out := make([]Status, len(resources))
 	for i, r := range resources {
 		if err := replies[i].err; err != nil {
 			return nil, requestError("inspect", r, c.b.classify(err), err)
 		}
 		var err error
-		if out[i], err = parseStatus(r, replies[i].vals, 4); err != nil {
+		if out[i], err = parseStatus(r, replies[i].vals, 6); err != nil {
 			return nil, err
 		}
 	}
@@ -88,25 +109,36 @@ func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) (
 }
 
 // parseStatus reads the reply of inspect.lua or break.lua: {value, pttl,
-// counter, waiters, ...}, n integers long.
+// counter, waiters, permits, holders, ...}, n elements long.
 func parseStatus(resource string, res []any, n int) (Status, error) {
 	bad := errorf("%s: script replied %v", quote(resource), res)
-	if len(res) != n {
+	if len(res) != n || n < 6 {
 		return Status{}, bad
 	}
 	value, ok := res[0].(string)
-	if !ok {
+	ints, ok2 := int64s(res[1:5])
+	holders, ok3 := res[5].([]any)
+	if !ok || !ok2 || !ok3 {
 		return Status{}, bad
 	}
-	ints := make([]int64, n-1)
-	for i := range ints {
-		if ints[i], ok = res[i+1].(int64); !ok {
-			return Status{}, bad
-		}
-	}
-	st := Status{Resource: resource, LastFence: ints[1], Waiters: ints[2]}
+	st := Status{Resource: resource, LastFence: ints[1], Waiters: ints[2], Permits: int(ints[3])}
 	if ints[0] != -2 { // the lease key exists
 		st.setLease(value, time.Duration(ints[0])*time.Millisecond)
+	}
+	for _, h := range holders {
+		f, _ := h.([]any)
+		if len(f) != 4 {
+			return Status{}, bad
+		}
+		kind, _ := f[0].(string)
+		v, _ := f[2].(string)
+		x, ok := int64s([]any{f[1], f[3]})
+		if !ok || holderKinds[kind] == "" {
+			return Status{}, bad
+		}
+		owner, fence, desc, _ := parseLease(v)
+		st.Shared = append(st.Shared, Holder{Kind: holderKinds[kind], Permit: int(x[0]), Owner: owner, Fence: fence,
+			Holder: desc, TTL: time.Duration(x[1]) * time.Millisecond})
 	}
 	return st, nil
 }
@@ -130,8 +162,9 @@ func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error
 	if err != nil {
 		return err
 	}
+	seen := map[string]bool{} // resources reported through another key than their lease
 	err = c.b.scan(ctx, resourcePattern(cfg.prefix, pattern), func(keys []string) error {
-		return c.scanBatch(ctx, cfg, keys, fn)
+		return c.scanBatch(ctx, cfg, keys, seen, fn)
 	})
 	if err != nil && c.b.classify(err) != refused {
 		return errorf("scan: %w", err)
@@ -141,16 +174,16 @@ func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error
 
 // scanBatch inspects the resources named by one SCAN reply's keys and calls
 // fn for each of them.
-func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn func(Status) error) error {
+func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, seen map[string]bool, fn func(Status) error) error {
 	var resources []string
-	var byQueue []bool // found by the queue: report only if it has no lease
+	var byQueue []bool // found by another key than the lease: report only if it has no lease
 	for _, k := range keys {
 		r, kind, ok := resourceOf(cfg.prefix, k)
 		switch {
 		case !ok:
 		case kind == kindLease:
 			resources, byQueue = append(resources, r), append(byQueue, false)
-		case kind == kindQueue:
+		case kind == kindQueue, kind == kindPermits, kind == kindWriter, kind == kindReaders:
 			resources, byQueue = append(resources, r), append(byQueue, true)
 		}
 	}
@@ -162,8 +195,12 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn f
 		return err
 	}
 	for i, st := range sts {
-		if byQueue[i] && st.Held {
-			continue // reported through its lease
+		switch {
+		case !byQueue[i]:
+		case st.Held, seen[st.Resource]:
+			continue // reported through its lease, or another of its keys
+		default:
+			seen[st.Resource] = true
 		}
 		if err := fn(st); err != nil {
 			return err
@@ -176,11 +213,13 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, fn f
 // whoever holds it, and wakes the first live waiter, as Release does. If
 // fence is > 0, it deletes the lease only while it has that fence (the
 // holder the operator saw in Inspect), so it cannot remove a newer holder
-// that took over meanwhile; 0 removes any lease. The read and the delete
-// are one script, one atomic step.
+// that took over meanwhile; 0 removes any lease. Of shared leases it
+// removes the holder with that fence (a semaphore's permit, the write
+// lease, a read lease), or with 0 every holder, and wakes waiters as their
+// releases would. The read and the delete are one script, one atomic step.
 //
 // It returns the Status found just before (the removed lease, when removed
-// is true) and whether it deleted the lease. It never touches the fence
+// is true) and whether it deleted a lease. It never touches the fence
 // counter, so the next holder gets a larger fence than the removed one.
 //
 // Break does not stop the removed holder. Its watchdog finds out at its next
@@ -216,13 +255,14 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64) (st St
 // breakLease runs break.lua.
 func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, fence int64) (Status, bool, error) {
 	k := keys(cfg.prefix, resource)
-	r := c.b.eval(ctx, breakCall(&k, strconv.FormatInt(fence, 10), c.b.sharded()))
+	r := c.b.eval(ctx, breakCall(&k, newSharedKeys(cfg.prefix, resource), strconv.FormatInt(fence, 10), c.b.sharded()))
 	if r.err != nil {
 		return Status{}, false, requestError("break", resource, c.b.classify(r.err), r.err)
 	}
-	st, err := parseStatus(resource, r.vals, 5)
+	st, err := parseStatus(resource, r.vals, 7)
 	if err != nil {
 		return Status{}, false, err
 	}
-	return st, r.vals[4] == int64(1), nil
+	removed, _ := r.vals[6].(int64)
+	return st, removed > 0, nil
 }

@@ -124,9 +124,15 @@ var (
 )
 
 // breakCall is break.lua's call; fence is "0" for any lease.
-func breakCall(k *resourceKeys, fence string, sharded bool) call {
-	return call{s: breakScript, words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
-		fence, &k.wake, flag(sharded)}, kind: arrayReply}
+func breakCall(k *resourceKeys, sk *sharedKeys, fence string, sharded bool) call {
+	return call{s: breakScript, words: append(allKeys(k, sk), fence, &k.wake, flag(sharded)), kind: arrayReply}
+}
+
+// allKeys are the words of a call on every kind of lease of a resource:
+// the number of keys and the keys, in inspect.lua's order.
+func allKeys(k *resourceKeys, sk *sharedKeys) []any {
+	return []any{nil, nil, 10, &k.lease, &k.fence, &k.queue, &k.alive,
+		&sk.permits, &sk.holders, &sk.writer, &sk.readers, &sk.readinfo, &sk.readq}
 }
 
 var (
@@ -136,8 +142,8 @@ var (
 )
 
 // inspectCall is inspect.lua's call.
-func inspectCall(k *resourceKeys) call {
-	return call{s: inspectScript, words: []any{nil, nil, 3, &k.lease, &k.fence, &k.queue}, kind: arrayReply}
+func inspectCall(k *resourceKeys, sk *sharedKeys) call {
+	return call{s: inspectScript, words: allKeys(k, sk), kind: arrayReply}
 }
 
 var (

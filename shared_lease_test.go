@@ -278,3 +278,55 @@ func TestSharedLeasesLostAndBadInput(t *testing.T) {
 	require.Zero(t, (*Lease)(nil).Permit())
 	require.Equal(t, 0, r.Permit())
 }
+
+// Inspect and Scan show shared leases and their holders; Break removes one
+// by its fence, and its holder's release reports the loss.
+func TestIntegrationAdminOfSharedLeases(t *testing.T) {
+	rdb := servertest.Redis(t).Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithAutoRenew(false))
+	p0, err := c.TryAcquireSemaphore(ctx, "pool", 3, WithHolder("worker 0"))
+	require.NoError(t, err)
+	p1, err := c.TryAcquireSemaphore(ctx, "pool", 3)
+	require.NoError(t, err)
+	r, err := c.TryAcquireRead(ctx, "doc", WithHolder("reader"))
+	require.NoError(t, err)
+
+	st, err := c.Inspect(ctx, "pool")
+	require.NoError(t, err)
+	require.False(t, st.Held)
+	require.Equal(t, 3, st.Permits)
+	require.Len(t, st.Shared, 2)
+	byPermit := map[int]Holder{}
+	for _, h := range st.Shared {
+		require.Equal(t, "permit", h.Kind)
+		byPermit[h.Permit] = h
+	}
+	require.Equal(t, Holder{Kind: "permit", Permit: p0.Permit(), Owner: p0.Owner(), Fence: p0.Fence(), Holder: "worker 0",
+		TTL: byPermit[p0.Permit()].TTL}, byPermit[p0.Permit()])
+	require.Positive(t, byPermit[p0.Permit()].TTL)
+
+	st, err = c.Inspect(ctx, "doc")
+	require.NoError(t, err)
+	require.Equal(t, []Holder{{Kind: "read", Owner: r.Owner(), Fence: r.Fence(), Holder: "reader", TTL: st.Shared[0].TTL}}, st.Shared)
+
+	found := map[string]int{}
+	require.NoError(t, c.Scan(ctx, "*", func(st Status) error { found[st.Resource] += len(st.Shared); return nil }))
+	require.Equal(t, map[string]int{"pool": 2, "doc": 1}, found)
+
+	st, removed, err := c.Break(ctx, "pool", p1.Fence())
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.Len(t, st.Shared, 2, "the status before the break")
+	require.ErrorIs(t, p1.Release(ctx), ErrLeaseLost, "the broken holder learns of it")
+	next, err := c.TryAcquireSemaphore(ctx, "pool", 3)
+	require.NoError(t, err)
+	require.Greater(t, next.Fence(), p1.Fence())
+	_, removed, err = c.Break(ctx, "doc", 0)
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.ErrorIs(t, r.Refresh(ctx), ErrLeaseLost)
+	w, err := c.TryAcquireWrite(ctx, "doc")
+	require.NoError(t, err, "the reader is gone: the writer goes in")
+	require.NoError(t, errors.Join(w.Release(ctx), p0.Release(ctx), next.Release(ctx)))
+}

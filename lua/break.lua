@@ -1,32 +1,82 @@
--- break: an operator's forced release. (queue.lua is inserted at the line '--#queue'.)
--- Go: Client.breakLease in admin.go.
+-- break: an operator's forced release, of any kind of lease. (queue.lua is
+-- inserted at the line '--#queue'.) Go: Client.breakLease in admin.go.
 --
--- KEYS[1]  lease key  <prefix>{<resource>}:lease
--- KEYS[2]  fence key  <prefix>{<t>}:fences  the counter of the resource's slot
--- KEYS[3]  queue key  <prefix>{<resource>}:queue  (see queue.lua)
--- KEYS[4]  alive key  <prefix>{<resource>}:alive  (see queue.lua)
--- ARGV[1]  the fence of the lease to remove, in decimal; '0' for any lease
--- ARGV[2]  wake channel  <prefix>{<resource>}:wake
--- ARGV[3]  '1' on Redis Cluster (shard channel), else '0'
+-- KEYS[1..10] as inspect.lua's
+-- ARGV[1]  the fence of the lease to remove, in decimal; '0' for any (every
+--          holder of the resource)
+-- ARGV[2]  wake channel  <prefix>{<resource>}:wake    ARGV[3] '1' on Cluster
 --
--- Reads the lease and, in the same step, deletes it if it exists and (when
--- ARGV[1] is not '0') has that fence; then wakes the first live waiter, as
--- release does. The fence counter is never touched, so the next holder gets
--- a larger fence than the removed one. The released key is not written
--- either: the removed holder's own Release reports a lost lease.
+-- Reads the resource as inspect.lua does and, in the same step, removes the
+-- leases that have that fence: the lease key, a semaphore's permit (its
+-- expiry becomes -1: free, and not mistaken for released by its holder), the
+-- write lease, a read lease; then wakes waiters as the holders' releases
+-- would. The fence counter and the released markers are never touched, so
+-- the next holder gets a larger fence than the removed one, and the removed
+-- holder's own Release reports a lost lease.
 --
--- Returns {value, pttl, counter, waiters, removed}: the lease value found
--- ('' if none), its PTTL in ms (-2 if none, -1 if it had no expiry), the
--- fence counter (0 if absent), the number of queued waiters, and 1 if the
--- lease was deleted, else 0.
+-- Returns inspect.lua's reply, of before the removal, and the number of
+-- leases removed.
 --#queue
+local now = now_ms()
+local function matches(v)
+  return v and (ARGV[1] == '0' or string.match(v, '^[^:]*:(%d+)') == ARGV[1])
+end
 local cur = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
 local counter = tonumber(redis.call('GET', KEYS[2])) or 0
-local removed = 0
-if cur and (ARGV[1] == '0' or string.match(cur, '^[^:]*:(%d+)') == ARGV[1]) then
+local waiters = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[10], '(' .. now, '+inf')
+local n = tonumber(redis.call('HGET', KEYS[6], 'n')) or 0
+local holders, removed = {}, 0
+local wakeOne, wakeRW = false, false
+
+if matches(cur) then
   redis.call('DEL', KEYS[1])
-  removed = 1
+  removed = removed + 1
+  wakeOne = true
+end
+local live = redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  local v = redis.call('HGET', KEYS[6], live[i]) or ''
+  table.insert(holders, {'p', tonumber(live[i]), v, tonumber(live[i + 1]) - now})
+  if matches(v) then
+    redis.call('ZADD', KEYS[5], 'XX', -1, live[i])
+    redis.call('HDEL', KEYS[6], 'o:' .. string.match(v, '^[^:]*'))
+    removed = removed + 1
+    wakeOne = true
+  end
+end
+local w = redis.call('GET', KEYS[7])
+if w then
+  table.insert(holders, {'w', 0, w, redis.call('PTTL', KEYS[7])})
+  if matches(w) then
+    redis.call('DEL', KEYS[7])
+    removed = removed + 1
+    wakeRW = true
+  end
+end
+live = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'WITHSCORES')
+for i = 1, #live, 2 do
+  local v = live[i] .. ':' .. (redis.call('HGET', KEYS[9], live[i]) or '0')
+  table.insert(holders, {'r', 0, v, tonumber(live[i + 1]) - now})
+  if matches(v) then
+    redis.call('ZREM', KEYS[8], live[i])
+    redis.call('HDEL', KEYS[9], live[i])
+    removed = removed + 1
+    wakeRW = true
+  end
+end
+if wakeOne then
   wake(KEYS[3], KEYS[4], ARGV[2], ARGV[3])
 end
-return {cur or '', pttl, counter, redis.call('ZCARD', KEYS[3]), removed}
+if wakeRW then
+  local last = redis.call('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
+  local readers = last[2] and tonumber(last[2]) > now
+  if redis.call('EXISTS', KEYS[7]) == 0 and not readers then
+    if first(KEYS[3], KEYS[4]) then
+      wake(KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+    else
+      wake_readers(KEYS[10], ARGV[2], ARGV[3])
+    end
+  end
+end
+return {cur or '', pttl, counter, waiters, n, holders, removed}
