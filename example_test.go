@@ -80,18 +80,21 @@ func ExampleLease_Context() {
 }
 
 // account is a stand-in for the protected resource: it remembers the newest
-// fence it accepted and rejects older ones in the same step as the write. A
-// database does the same with a conditional UPDATE.
+// fence it accepted, and who presented it, and in the same step as the write
+// refuses an older fence, or the same fence from another owner (after a
+// failover two holders can draw one fence). Package fencing's guards do the
+// same for SQL, Redis and HTTP.
 type account struct {
 	lastFence int64
+	lastOwner string
 	balance   int
 }
 
-func (a *account) charge(fence int64, amount int) error {
-	if fence < a.lastFence {
+func (a *account) charge(fence int64, owner string, amount int) error {
+	if fence < a.lastFence || fence == a.lastFence && owner != a.lastOwner {
 		return fmt.Errorf("stale fence %d, newest accepted is %d", fence, a.lastFence)
 	}
-	a.lastFence, a.balance = fence, a.balance-amount
+	a.lastFence, a.lastOwner, a.balance = fence, owner, a.balance-amount
 	return nil
 }
 
@@ -104,13 +107,21 @@ func ExampleLease_Fence() {
 	locks := redlease.New(rdb)
 	acct := &account{balance: 100}
 
-	a, _ := locks.Acquire(ctx, "account:7")
-	_ = a.Release(ctx) // stands in for A's lease expiring while A was paused
-	b, _ := locks.Acquire(ctx, "account:7")
+	a, err := locks.Acquire(ctx, "account:7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil { // stands in for A's lease expiring while A was paused
+		log.Fatal(err)
+	}
+	b, err := locks.Acquire(ctx, "account:7")
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer b.Release(ctx)
 
-	fmt.Println("B:", acct.charge(b.Fence(), 30), "balance", acct.balance)
-	fmt.Println("A:", acct.charge(a.Fence(), 30), "balance", acct.balance)
+	fmt.Println("B:", acct.charge(b.Fence(), b.Owner(), 30), "balance", acct.balance)
+	fmt.Println("A:", acct.charge(a.Fence(), a.Owner(), 30), "balance", acct.balance)
 	// Output:
 	// B: <nil> balance 70
 	// A: stale fence 1, newest accepted is 2 balance 70
@@ -163,7 +174,10 @@ func ExampleElection() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	leader, _ := election.Leader(ctx)
+	leader, err := election.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Printf("leader %s, term fence %d\n", leader.Value, term.Fence())
 
 	// Lead: run jobs under term.Context(), which ends if leadership is lost;
@@ -176,4 +190,67 @@ func ExampleElection() {
 	// Output:
 	// leader host-a, term fence 1
 	// redlease: no leader
+}
+
+// At most N holders at once: each holds a numbered permit, whose fence rises
+// with every new holder of that permit (fence by fencing.Key).
+func ExampleClient_AcquireSemaphore() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+
+	var held []*redlease.Lease
+	for range 2 {
+		l, err := locks.AcquireSemaphore(ctx, "payment-provider", 2)
+		if err != nil {
+			log.Fatal(err)
+		}
+		held = append(held, l)
+		fmt.Println("permit", l.Permit(), "fence", l.Fence())
+	}
+	_, err := locks.TryAcquireSemaphore(ctx, "payment-provider", 2)
+	fmt.Println("a third caller:", errors.Is(err, redlease.ErrNotAcquired))
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// permit 0 fence 1
+	// permit 1 fence 2
+	// a third caller: true
+}
+
+// Many readers or one writer; a waiting writer goes before new readers.
+func ExampleClient_AcquireWrite() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+
+	r1, err := locks.AcquireRead(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := locks.AcquireRead(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = locks.TryAcquireWrite(ctx, "config")
+	fmt.Println("writer while two read:", errors.Is(err, redlease.ErrNotAcquired))
+	if err := errors.Join(r1.Release(ctx), r2.Release(ctx)); err != nil {
+		log.Fatal(err)
+	}
+	w, err := locks.AcquireWrite(ctx, "config")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("writer's fence above the readers':", w.Fence() > r2.Fence())
+	if err := w.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// writer while two read: true
+	// writer's fence above the readers': true
 }

@@ -19,6 +19,7 @@ type Lease struct {
 	fence     int64 // set before the lease is handed out; then read-only
 	kind      leaseKind
 	permit    int         // kindPermit: which permit
+	permits   int         // kindPermit: of how many
 	permitArg any         // permit, boxed once for the scripts
 	sk        *sharedKeys // the keys of a shared lease; nil for an exclusive one
 	lifetime  time.Duration

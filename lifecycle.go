@@ -52,7 +52,7 @@ func (a *acquisition) newLease(ctx context.Context, i int, fence int64) *Lease {
 		index:    -1,
 	}
 	if a.kind == kindPermit {
-		l.permit, l.permitArg = a.permit, permitText(a.permit)
+		l.permit, l.permits, l.permitArg = a.permit, a.permits, permitText(a.permit)
 	}
 	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
 	return l

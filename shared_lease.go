@@ -100,6 +100,15 @@ func (c *Client) TryAcquireWrite(ctx context.Context, resource string, opts ...O
 	return c.acquireShared(ctx, resource, kindWrite, 0, opts, false)
 }
 
+// Semaphore reports the number of permits of the semaphore whose permit
+// the lease holds, and false for every other lease.
+func (l *Lease) Semaphore() (permits int, ok bool) {
+	if l == nil || l.kind != kindPermit {
+		return 0, false
+	}
+	return l.permits, true
+}
+
 // Permit returns which of its semaphore's permits the lease holds,
 // 0..permits-1; 0 for every other lease.
 func (l *Lease) Permit() int {

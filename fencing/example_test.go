@@ -29,6 +29,20 @@ func exampleRedis() (redis.UniversalClient, func()) {
 	return rdb, func() { _ = rdb.Close(); mr.Close() }
 }
 
+// acquire takes a lease for an example, or stops it.
+func acquire(ctx context.Context, locks *redlease.Client, resource string) *redlease.Lease {
+	l, err := locks.Acquire(ctx, resource)
+	check(err)
+	return l
+}
+
+// check stops an example on an error it does not expect.
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
 // exampleSQLite opens an in-memory SQLite database (one connection, so that
 // every statement sees the same database).
 func exampleSQLite() *sql.DB {
@@ -77,9 +91,9 @@ func ExampleSQLGuard() {
 		return tx.Commit()
 	}
 
-	a, _ := locks.Acquire(ctx, "invoice:42")
-	_ = a.Release(ctx) // stands in for A pausing past its TTL
-	b, _ := locks.Acquire(ctx, "invoice:42")
+	a := acquire(ctx, locks, "invoice:42")
+	check(a.Release(ctx)) // stands in for A pausing past its TTL
+	b := acquire(ctx, locks, "invoice:42")
 	defer b.Release(ctx)
 
 	fmt.Println("B:", pay(b))
@@ -90,7 +104,7 @@ func ExampleSQLGuard() {
 		fmt.Println("newest accepted:", stale.Newest)
 	}
 	var charges int
-	_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM charges").Scan(&charges)
+	check(db.QueryRowContext(ctx, "SELECT COUNT(*) FROM charges").Scan(&charges))
 	fmt.Println("charges:", charges)
 	// Output:
 	// B: <nil>
@@ -145,14 +159,15 @@ func ExampleRedisGuard() {
 	locks := redlease.New(rdb)
 	guard := fencing.NewRedisGuard(rdb) // the data may live on another Redis
 
-	a, _ := locks.Acquire(ctx, "report:7")
-	_ = a.Release(ctx) // stands in for A pausing past its TTL
-	b, _ := locks.Acquire(ctx, "report:7")
+	a := acquire(ctx, locks, "report:7")
+	check(a.Release(ctx)) // stands in for A pausing past its TTL
+	b := acquire(ctx, locks, "report:7")
 	defer b.Release(ctx)
 
 	fmt.Println("B:", guard.Set(ctx, "{report:7}:body", "written by B", 0, b.Fence(), b.Owner()))
 	fmt.Println("A:", guard.Set(ctx, "{report:7}:body", "written by A", 0, a.Fence(), a.Owner()))
-	body, _ := rdb.Get(ctx, "{report:7}:body").Result()
+	body, err := rdb.Get(ctx, "{report:7}:body").Result()
+	check(err)
 	fmt.Println("body:", body)
 	// Output:
 	// B: <nil>
@@ -199,20 +214,22 @@ func ExampleHTTPGuard() {
 	defer gateway.Close()
 
 	send := func(lease *redlease.Lease) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/pay", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gateway.URL+"/pay", nil)
+		check(err)
 		fencing.SetHeaders(req.Header, lease)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			log.Fatal(err)
 		}
 		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
+		body, err := io.ReadAll(resp.Body)
+		check(err)
 		fmt.Println(resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 
-	a, _ := locks.Acquire(ctx, "invoice:42")
-	_ = a.Release(ctx) // stands in for A pausing past its TTL
-	b, _ := locks.Acquire(ctx, "invoice:42")
+	a := acquire(ctx, locks, "invoice:42")
+	check(a.Release(ctx)) // stands in for A pausing past its TTL
+	b := acquire(ctx, locks, "invoice:42")
 	defer b.Release(ctx)
 	send(b)
 	send(a)
@@ -242,7 +259,7 @@ func ExampleStaleFenceError() {
 	}
 
 	for range 3 {
-		_ = write()
+		check(write())
 	}
 	lockRdb.FlushAll(ctx) // the counter is lost, as in a restart without persistence
 
@@ -250,7 +267,8 @@ func ExampleStaleFenceError() {
 	fmt.Println(err)
 	var stale *fencing.StaleFenceError
 	if errors.As(err, &stale) {
-		n, _ := locks.AdvanceFence(ctx, "report:7", stale.Newest)
+		n, err := locks.AdvanceFence(ctx, "report:7", stale.Newest)
+		check(err)
 		fmt.Println("counter advanced to", n)
 	}
 	fmt.Println("next write:", write())
@@ -258,4 +276,37 @@ func ExampleStaleFenceError() {
 	// redlease: stale fence 1 for "{report:7}:body": newest accepted is 3
 	// counter advanced to 3
 	// next write: <nil>
+}
+
+// A semaphore's permit holders are fenced per permit, by Key: a holder that
+// paused past its TTL is refused once its permit went to someone else, while
+// the holders of other permits write on.
+func ExampleKey() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+	guard := fencing.NewRedisGuard(rdb)
+	write := func(l *redlease.Lease) error {
+		// One data key per permit, in the resource's hash slot.
+		return guard.Set(ctx, "{calls}:"+fencing.Key(l), "in use", 0, l.Fence(), l.Owner())
+	}
+
+	a, err := locks.AcquireSemaphore(ctx, "calls", 2)
+	check(err)
+	other, err := locks.AcquireSemaphore(ctx, "calls", 2)
+	check(err)
+	check(write(a))
+	check(a.Release(ctx)) // stands in for A's permit lapsing while A was paused
+	b, err := locks.AcquireSemaphore(ctx, "calls", 2)
+	check(err)
+	fmt.Println("B got A's permit:", b.Permit() == a.Permit(), fencing.Key(b))
+	check(write(b))
+	fmt.Println("A:", write(a))
+	fmt.Println("the other permit's holder:", write(other))
+	check(errors.Join(b.Release(ctx), other.Release(ctx)))
+	// Output:
+	// B got A's permit: true calls#0
+	// A: redlease: stale fence 1 for "{calls}:calls#0": newest accepted is 3
+	// the other permit's holder: <nil>
 }

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/redlease/redlease"
@@ -46,4 +47,21 @@ func reportStale(ctx context.Context, observers []redlease.Observer, start time.
 	for _, o := range observers {
 		o.Observe(ctx, e)
 	}
+}
+
+// Key returns the name under which a resource fences the holder of l: its
+// resource, and for a semaphore's permit the resource and the permit
+// ("<resource>#<permit>"), since each permit has fences of its own. Use it
+// as the guard's resource (SQLGuard.Check, the HTTP guard's resource via
+// SetHeaders) or in the data key of a RedisGuard, so that a permit holder
+// that paused past its TTL is refused once its permit went to someone else,
+// while the holders of other permits write on.
+func Key(l *redlease.Lease) string {
+	if l == nil {
+		return ""
+	}
+	if _, isPermit := l.Semaphore(); isPermit {
+		return l.Resource() + "#" + strconv.Itoa(l.Permit())
+	}
+	return l.Resource()
 }
