@@ -24,8 +24,10 @@ import (
 
 // BenchmarkAcquireRelease measures one uncontended acquire+release pair on
 // a free key: time, allocations, the commands sent (cmds/op; the floor is
-// 2) and the goroutines started (goroutines/op). "scripts" runs the same two scripts by hand with EVALSHA, keys and
-// owner token made once: the floor that the rest of the client adds to.
+// 2) and the goroutines started (goroutines/op). "scripts" runs the same two
+// scripts by hand with EVALSHA, keys and owner token made once: the floor
+// that the rest of the client adds to. Semaphore/permits=N takes the last
+// free permit of N (the others held), Read and Write a read/write lease.
 func BenchmarkAcquireRelease(b *testing.B) {
 	srv := servertest.Redis(b)
 	pair := func(opts ...Option) func(*Client) func(context.Context) error {
@@ -54,6 +56,27 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}},
 		{"Acquire/autorenew=off", pair(WithAutoRenew(false))},
+		{"Semaphore/permits=1", semaphorePair(1)},
+		{"Semaphore/permits=10", semaphorePair(10)},
+		{"Semaphore/permits=1000", semaphorePair(1000)},
+		{"Read", func(c *Client) func(context.Context) error {
+			return func(ctx context.Context) error {
+				l, err := c.AcquireRead(ctx, "bench-rw")
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}},
+		{"Write", func(c *Client) func(context.Context) error {
+			return func(ctx context.Context) error {
+				l, err := c.AcquireWrite(ctx, "bench-rw")
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			}
+		}},
 		{"scripts", func(c *Client) func(context.Context) error {
 			k := keys(DefaultPrefix, "bench")
 			owner, member, ttl := "owner", "owner/c", any(c.cfg.ttl.Milliseconds())
@@ -91,6 +114,28 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportMetric(float64(hook.Cmds.Load())/float64(b.N), "cmds/op")
 			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 		})
+	}
+}
+
+// semaphorePair is a pair on a semaphore of n permits, n-1 of which other
+// holders keep: the pair takes the last one, so its cost shows how finding
+// a permit scales with n.
+func semaphorePair(n int) func(*Client) func(context.Context) error {
+	return func(c *Client) func(context.Context) error {
+		ctx := context.Background()
+		resource := fmt.Sprintf("bench-sem-%d", n)
+		for range n - 1 {
+			if _, err := c.TryAcquireSemaphore(ctx, resource, n, WithAutoRenew(false), WithTTL(time.Hour)); err != nil {
+				panic(err)
+			}
+		}
+		return func(ctx context.Context) error {
+			l, err := c.AcquireSemaphore(ctx, resource, n)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -329,4 +330,34 @@ func TestIntegrationAdminOfSharedLeases(t *testing.T) {
 	w, err := c.TryAcquireWrite(ctx, "doc")
 	require.NoError(t, err, "the reader is gone: the writer goes in")
 	require.NoError(t, errors.Join(w.Release(ctx), p0.Release(ctx), next.Release(ctx)))
+}
+
+// Shared leases on Redis Cluster: each script's keys share the resource's
+// slot (the fence counter included), so they run on any master.
+func TestIntegrationSharedLeasesOnCluster(t *testing.T) {
+	_, cc := servertest.Cluster(t, 3)
+	ctx := t.Context()
+	c := New(cc, WithTTL(time.Second))
+	defer c.Close(ctx)
+	for i := range 6 { // over the slots of all masters
+		r := fmt.Sprintf("cluster:%d", i)
+		p, err := c.AcquireSemaphore(ctx, r, 2)
+		require.NoError(t, err)
+		rd, err := c.AcquireRead(ctx, r+":rw")
+		require.NoError(t, err)
+		done := make(chan acquired, 1)
+		go func() {
+			l, err := c.AcquireWrite(ctx, r+":rw")
+			done <- acquired{l, err}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		require.NoError(t, rd.Release(ctx))
+		w := servertest.Recv(t, done, 5*time.Second) // woken through the slot's shard channel
+		require.NoError(t, w.err)
+		require.Greater(t, w.l.Fence(), rd.Fence())
+		st, err := c.Inspect(ctx, r)
+		require.NoError(t, err)
+		require.Len(t, st.Shared, 1)
+		require.NoError(t, errors.Join(p.Release(ctx), w.l.Release(ctx)))
+	}
 }
