@@ -113,6 +113,7 @@ type acquisition struct {
 	names     []resourceKeys
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue
+	sent      bool // an attempt may have reached Redis: the owner may hold a lease
 	kind      leaseKind
 	permits   int         // kindPermit: how many the semaphore has
 	permit    int         // kindPermit: the one the attempt got

@@ -35,10 +35,10 @@ type backend interface {
 	connect(ctx context.Context, key string) error
 	// classify tells what a failed request's error says of it.
 	classify(err error) errorClass
-	// bounded reports whether the client ends a request already on the
-	// network when its context's deadline passes (go-redis: with
-	// ContextTimeoutEnabled).
-	bounded() bool
+	// bounded reports whether a request made now with a context whose
+	// deadline is d returns by d whatever Redis does: the client ends it at
+	// d (go-redis: ContextTimeoutEnabled), or its own timeouts end it sooner.
+	bounded(d time.Time) bool
 
 	// sharded reports whether wake channels are shard channels (Redis
 	// Cluster: SSUBSCRIBE, one subscription connection per master).

@@ -82,8 +82,10 @@ func (c *Client) AdvanceFence(ctx context.Context, resource string, atLeast int6
 	return r.n, nil
 }
 
-// parseLease splits a lease value, "<owner>:<fence>[:<holder>]".
+// parseLease splits a lease value, "<owner>:<fence>[:<holder>]", less the
+// NUL byte that marks a lease waited for (see lua/acquire.lua).
 func parseLease(v string) (owner string, fence int64, holder string, ok bool) {
+	v = strings.TrimSuffix(v, "\x00")
 	owner, rest, found := strings.Cut(v, ":")
 	if !found || owner == "" {
 		return "", 0, "", false

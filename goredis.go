@@ -21,6 +21,9 @@ type goRedis struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient // rdb, if it is one
 	ctxTime bool                 // ContextTimeoutEnabled
+	// longest is the longest a request may take by the client's own
+	// timeouts, retries included; 0 if they do not bound it.
+	longest time.Duration
 	// health is what the last request learnt of Redis: see connect.
 	health atomic.Int32
 }
@@ -40,7 +43,7 @@ func newGoRedis(rdb redis.UniversalClient) *goRedis {
 	case *redis.ClusterClient:
 		g.cluster, g.ctxTime = c, c.Options().ContextTimeoutEnabled
 	case *redis.Client:
-		g.ctxTime = c.Options().ContextTimeoutEnabled
+		g.ctxTime, g.longest = c.Options().ContextTimeoutEnabled, longestRequest(c.Options())
 	case *redis.Ring:
 		g.ctxTime = c.Options().ContextTimeoutEnabled
 	}
@@ -282,7 +285,20 @@ func (g *goRedis) classify(err error) errorClass {
 	return unknown
 }
 
-func (g *goRedis) bounded() bool { return g.ctxTime }
+func (g *goRedis) bounded(d time.Time) bool {
+	return g.ctxTime || g.longest > 0 && time.Until(d) > g.longest
+}
+
+// longestRequest bounds how long a go-redis client takes over one request
+// by its own timeouts: a wait for a connection (or up to five dials), a
+// write, a read and a backoff, per try. 0 if some timeout is off.
+func longestRequest(o *redis.Options) time.Duration {
+	if o.PoolTimeout <= 0 || o.DialTimeout <= 0 || o.WriteTimeout <= 0 || o.ReadTimeout <= 0 || o.MaxRetries < 0 {
+		return 0
+	}
+	try := max(o.PoolTimeout, 5*o.DialTimeout) + o.WriteTimeout + o.ReadTimeout + o.MaxRetryBackoff
+	return try * time.Duration(o.MaxRetries+1)
+}
 
 func (g *goRedis) sharded() bool { return g.cluster != nil }
 

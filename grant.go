@@ -14,8 +14,9 @@ import (
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	sent := a.c.clk.Now() // the leases' deadlines count from here (S3)
 	r, acked := a.send(ctx)
-	if a.wait && (r.err == nil || a.classify(r.err) != notSent) {
-		a.queued = true // the script ran, or may have
+	if r.err == nil || a.classify(r.err) != notSent { // the script ran, or may have
+		a.sent = true
+		a.queued = a.queued || a.wait
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -46,9 +47,9 @@ func (a *acquisition) call() call {
 		return a.sharedCall(timeout)
 	}
 	if len(a.resources) == 1 {
-		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.queued, &a.cfg.holder)
+		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.sent, &a.cfg.holder)
 	}
-	return acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.queued, &a.cfg.holder)
+	return acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.sent, &a.cfg.holder)
 }
 
 // run sends the attempt's call c, with WAIT when WithReplicaAck asks.
@@ -64,15 +65,16 @@ func (a *acquisition) run(ctx context.Context, c call) (reply, int64) {
 // outage, where its outcome could only be unknown. A failure of that check
 // is an unreachableError: nothing of the acquire was sent.
 //
-// A client that bounds requests by their context keeps the deadline itself.
-// Otherwise (go-redis without ContextTimeoutEnabled) a silent Redis could
-// hold the request for the client's own timeouts, so the request goes on a
-// goroutine of the Client's and send returns at the deadline: the request
-// is then of unknown outcome, and whatever it did is undone by a release
-// once it returns.
+// A client that bounds requests by their context keeps the deadline itself,
+// and so do the client's own timeouts for a deadline further away than they
+// reach (go-redis: about 2.5 min by default). Otherwise (go-redis without
+// ContextTimeoutEnabled, a nearer deadline) a silent Redis could hold the
+// request past the deadline, so the request goes on a goroutine of the
+// Client's and send returns at the deadline: the request is then of unknown
+// outcome, and whatever it did is undone by a release once it returns.
 func (a *acquisition) send(ctx context.Context) (reply, int64) {
 	c := a.call() // here: the goroutine below must not read a
-	if _, ok := ctx.Deadline(); !ok || a.c.b.bounded() {
+	if d, ok := ctx.Deadline(); !ok || a.c.b.bounded(d) {
 		return a.checkAndRun(ctx, c, nil)
 	}
 	var (

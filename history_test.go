@@ -223,7 +223,7 @@ type modelState struct {
 // (S1) and ownership (S2) are promised only without failover or loss of the
 // counter; the resource rule (S5) always.
 type checks struct {
-	fenceOrder bool // S1: acquisitions get counter+1
+	fenceOrder bool // S1: every acquisition gets a fence above every earlier one (fences may skip)
 	ownership  bool // S2: renew and release succeed only for the current holder
 }
 
@@ -296,7 +296,7 @@ func lockModel(c checks) porcupine.Model {
 				}
 				switch out.res {
 				case resOK:
-					if c.fenceOrder && out.fence != s.counter+1 {
+					if c.fenceOrder && out.fence <= s.counter {
 						return nil
 					}
 					return []any{took(out.fence, out.owner)}

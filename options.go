@@ -84,8 +84,8 @@ var defaultHolder = sync.OnceValue(func() string {
 // in the lease itself (no extra key, no extra round trip) for operators and
 // other owners to read: Status.Holder, BusyError.Holder, Election.Leader,
 // and the redlease command's status and list. "" sets none. It may hold any
-// text up to MaxHolder bytes; it is not secret, so put no credentials in
-// it. Default DefaultHolder() (host and pid); the redlease command adds the
+// text up to MaxHolder bytes but a NUL; it is not secret, so put no
+// credentials in it. Default DefaultHolder() (host and pid); the redlease command adds the
 // command it runs.
 func WithHolder(desc string) Option { return func(c *config) { c.holder = desc } }
 
@@ -246,6 +246,9 @@ func (c *config) validate() error {
 		return invalidf("max hold %v is not 0 or at least 1ms", c.maxHold)
 	case len(c.holder) > MaxHolder:
 		return invalidf("holder description of %d bytes is over MaxHolder (%d)", len(c.holder), MaxHolder)
+	case strings.IndexByte(c.holder, 0) >= 0:
+		// A NUL ends a lease value that a waiter marked (lua/acquire.lua).
+		return invalidf("holder description %q holds a NUL byte", c.holder)
 	case c.replicas < 0:
 		return invalidf("replica count %d is negative", c.replicas)
 	case c.replicas > 0 && c.replicaTimeout < time.Millisecond:

@@ -63,10 +63,11 @@ var (
 )
 
 // acquireCall is acquire.lua's call. timeout (the waiter timeout in ms, or
-// 0 for an acquirer that does not wait) and ttl are boxed by the caller once.
-func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, queued bool, holder *string) call {
+// 0 for an acquirer that does not wait) and ttl are boxed by the caller
+// once; again says it is not the acquire call's first attempt.
+func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, again bool, holder *string) call {
 	return call{s: acquireScript, words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
-		owner, ttl, timeout, flag(fair), flag(queued), member, holder}, kind: mixedReply}
+		owner, ttl, timeout, flag(fair), flag(again), member, holder}, kind: mixedReply}
 }
 
 // acquireAllCall is acquire_all.lua's call.

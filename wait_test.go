@@ -178,7 +178,7 @@ func TestWaitersArrivingInOneMillisecondKeepTheirOrder(t *testing.T) {
 		pipe := rdb.Pipeline()
 		for _, m := range members {
 			owner := m[:len(m)-2]
-			pipe.EvalSha(ctx, acquireScript.hash.(string), []string{k.lease, k.fence, k.queue, k.alive}, owner, 10000, 60000, "0", "0", m)
+			pipe.EvalSha(ctx, acquireScript.hash.(string), []string{k.lease, k.fence, k.queue, k.alive}, owner, 10000, 60000, "0", "0", m, "")
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(t, err)
@@ -393,7 +393,7 @@ func TestAcquireOnClusterWakesWaiters(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 		got := servertest.Recv(t, waits[i], 60*time.Second)
 		require.NoError(t, got.err)
-		require.Equal(t, int64(2), got.l.Fence())
+		require.Greater(t, got.l.Fence(), l.Fence())
 		require.NoError(t, got.l.Release(ctx))
 	}
 }

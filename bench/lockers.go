@@ -170,7 +170,7 @@ type scripts struct {
 
 func loadScripts(root string) (*scripts, error) {
 	read := func(name string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(root, name))
+		b, err := os.ReadFile(filepath.Join(root, "lua", name))
 		return string(b), err
 	}
 	queue, err := read("queue.lua")
@@ -221,19 +221,24 @@ type rawLocker struct {
 
 var ttlMS = ttl.Milliseconds()
 
+// holder is the holder description redlease sends by default.
+var holder = redlease.DefaultHolder()
+
 func (l *rawLocker) Lock(ctx context.Context, key string) error {
 	if key != l.key {
 		p := "redlease:{" + key + "}:"
 		l.key = key
-		l.acqKeys = []string{p + "lease", p + "fence", p + "queue", p + "alive"}
+		// One server: any key may stand for the fence counter of the
+		// resource's hash slot.
+		l.acqKeys = []string{p + "lease", p + "fences", p + "queue", p + "alive"}
 		l.relKeys = []string{p + "lease", p + "queue", p + "alive", p + "released"}
 		l.wake = p + "wake"
 	}
 	l.n++
 	l.owner = l.base + strconv.FormatUint(l.n, 36)
-	// ARGV: owner, TTL, waiter timeout (0: do not queue), fair, queued, queue member.
-	// Reply: the fence (> 0), or < 0 when busy.
-	fence, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw").Int64()
+	// ARGV: owner, TTL, waiter timeout (0: do not queue), fair, queued, queue
+	// member, holder description. Reply: the fence (> 0), or an array when busy.
+	fence, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw", holder).Int64()
 	if err == nil && fence <= 0 {
 		err = errBusy
 	}

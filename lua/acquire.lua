@@ -12,7 +12,8 @@
 -- ARGV[3]  waiter timeout in ms: when > 0 and the lease is busy, queue the
 --          owner (or refresh its place) for that long
 -- ARGV[4]  '1' for a fair acquire: a free lease goes to the first live waiter
--- ARGV[5]  '1' if the owner may already be queued (not its first attempt)
+-- ARGV[5]  '1' if this is not the acquire call's first attempt: the owner may
+--          hold the lease already (a lost reply), or be queued
 -- ARGV[6]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
 -- ARGV[7]  the holder's description, '' for none
 --
@@ -28,30 +29,58 @@
 -- is free but a fair acquire must let an earlier waiter go first); first is
 -- 1 if the owner is now the first live waiter in the queue; holder is the
 -- holder's description ('' if none).
+--
+-- A waiter that finds the lease busy marks it as waited for: a NUL byte at
+-- the end of its value, which the release script reads instead of looking
+-- for a queue, and every parser of lease values ignores. Every lease that a
+-- waiter may be waiting for is so marked: a waiter sleeps only after an
+-- attempt that found the lease busy (and marked it); a waiter that takes the
+-- lease marks it while others wait; and a lease taken by someone else after
+-- a release of a marked one was taken when that release woke the first
+-- waiter, whose next attempt finds the new lease busy and marks it.
 local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
 
-local function take()
+local function take(waited)
   local fence = redis.call('INCR', KEYS[2])
   local value = mine .. string.format('%d', fence)
   if ARGV[7] ~= '' then
     value = value .. ':' .. ARGV[7]
+  end
+  if waited then
+    value = value .. '\0'
   end
   redis.call('SET', lease, value, 'PX', ARGV[2])
   return fence
 end
 
 -- The common cases first, before the queue's functions are defined (which
--- costs time on every call): the lease is already ours, or free for an owner
--- that need not let a queued waiter go first.
-local cur = redis.call('GET', lease)
-if cur and string.sub(cur, 1, #mine) == mine then
-  redis.call('PEXPIRE', lease, ARGV[2])
-  return tonumber(string.match(cur, '^%d+', #mine + 1))
-end
-if not cur and not queued and ARGV[4] ~= '1' then
-  return take()
+-- costs time on every call). The first attempt of an acquire that need not
+-- let a queued waiter go first draws the fence and takes the lease if it is
+-- free, in two commands (a fence drawn for a busy lease is skipped: fences
+-- need only rise). Later attempts first look whether the lease is already
+-- theirs, so that a retry burns no fence.
+local cur
+if not queued and ARGV[4] ~= '1' then
+  local fence = redis.call('INCR', KEYS[2])
+  local value = mine .. string.format('%d', fence)
+  if ARGV[7] ~= '' then
+    value = value .. ':' .. ARGV[7]
+  end
+  cur = redis.call('SET', lease, value, 'NX', 'PX', ARGV[2], 'GET')
+  if not cur then
+    return fence
+  end
+else
+  cur = redis.call('GET', lease)
+  if cur and string.sub(cur, 1, #mine) == mine then
+    redis.call('PEXPIRE', lease, ARGV[2])
+    return tonumber(string.match(cur, '^%d+', #mine + 1))
+  end
+  if not cur and not queued and ARGV[4] ~= '1' then
+    return take(false)
+  end
 end
 
 --#queue
@@ -61,12 +90,15 @@ local function busy(pttl)
   if timeout > 0 then
     enqueue(KEYS[3], KEYS[4], member, timeout)
     queued = true
+    if cur and string.byte(cur, -1) ~= 0 then
+      redis.call('SET', lease, cur .. '\0', 'KEEPTTL') -- waited for
+    end
   end
   local head = 0
   if queued and first(KEYS[3], KEYS[4]) == member then
     head = 1
   end
-  return {pttl, head, cur and string.match(cur, '^[^:]*:%d+:(.*)$') or ''}
+  return {pttl, head, cur and string.match(cur, '^[^:]*:%d+:([^%z]*)') or ''}
 end
 
 if cur then
@@ -81,4 +113,6 @@ end
 if queued and redis.call('ZREM', KEYS[3], member) == 1 then
   redis.call('HDEL', KEYS[4], member)
 end
-return take()
+-- A waiter that takes the lease marks it if others still wait: they sleep,
+-- and its release must wake the next.
+return take(queued and redis.call('EXISTS', KEYS[3]) == 1)

@@ -28,6 +28,9 @@ for i = 1, n do
     local timeout = tonumber(ARGV[3])
     if timeout > 0 then
       enqueue(queue, alive, member, timeout)
+      if string.byte(cur, -1) ~= 0 then
+        redis.call('SET', KEYS[4 * i - 3], cur .. '\0', 'KEEPTTL') -- waited for (see acquire.lua)
+      end
     end
     local head = 0
     if timeout > 0 and first(queue, alive) == member then
@@ -41,6 +44,9 @@ for i = 1, n do
   local lease = KEYS[4 * i - 3]
   local cur = redis.call('GET', lease)
   local fence
+  if ARGV[4] == '1' and redis.call('ZREM', KEYS[4 * i - 1], member) == 1 then
+    redis.call('HDEL', KEYS[4 * i], member)
+  end
   if cur then
     redis.call('PEXPIRE', lease, ARGV[2])
     fence = tonumber(string.match(cur, '^%d+', #mine + 1))
@@ -50,10 +56,10 @@ for i = 1, n do
     if ARGV[6] ~= '' then
       value = value .. ':' .. ARGV[6]
     end
+    if redis.call('EXISTS', KEYS[4 * i - 1]) == 1 then
+      value = value .. '\0' -- others wait: its release must wake them (see acquire.lua)
+    end
     redis.call('SET', lease, value, 'PX', ARGV[2])
-  end
-  if ARGV[4] == '1' and redis.call('ZREM', KEYS[4 * i - 1], member) == 1 then
-    redis.call('HDEL', KEYS[4 * i], member)
   end
   out[i + 1] = fence
 end

@@ -12,8 +12,9 @@
 --
 -- Deletes the lease only while it is ours, and takes the owner out of the
 -- queue if it is waiting there (a waiter that gives up releases too). If that
--- left the lease free, the first live waiter is woken by a message carrying
--- its owner token. The fence counter is never touched.
+-- left the lease free and the lease was marked as waited for (its value ends
+-- with a NUL byte: see acquire.lua), the first live waiter is woken by a
+-- message carrying its owner token. The fence counter is never touched.
 --
 -- Returns 1 if our lease was deleted, by this call or by an earlier one whose
 -- reply was lost; 0 if the lease had expired or belongs to another owner
@@ -28,8 +29,9 @@ if cur and string.sub(cur, 1, #mine) == mine then
   redis.call('RENAME', lease, KEYS[4])
   deleted = 1
   -- The common case, decided before the queue's functions are defined:
-  -- nobody is waiting, and the owner was not queued.
-  if member == '' and redis.call('EXISTS', KEYS[2]) == 0 then
+  -- nobody is waiting (a waiter that found the lease busy marked it, see
+  -- acquire.lua), and the owner was not queued.
+  if member == '' and string.byte(cur, -1) ~= 0 then
     return 1
   end
 else
