@@ -284,6 +284,67 @@ func (l *setnxLocker) Unlock(ctx context.Context) error {
 	return err
 }
 
+// fencedLocker is the floor of any lock with fencing tokens: one script
+// that increments a counter and takes the lock with SET NX PX (the fence in
+// its value), and the compare-and-delete script.
+type fencedLocker struct {
+	setnxLocker
+}
+
+var fencedScript = redis.NewScript(`local f = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. f, 'NX', 'PX', ARGV[2]) then return f end
+return 0`)
+
+var fencedDelScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+func (l *fencedLocker) Lock(ctx context.Context, key string) error {
+	l.n++
+	l.key, l.owner = key, l.base+strconv.FormatUint(l.n, 36)
+	f, err := fencedScript.EvalSha(ctx, l.rdb, []string{key, key + ":fence"}, l.owner, ttlMS).Int64()
+	if err == nil && f <= 0 {
+		err = errBusy
+	}
+	return err
+}
+
+func (l *fencedLocker) Unlock(ctx context.Context) error {
+	n, err := fencedDelScript.EvalSha(ctx, l.rdb, []string{l.key}, l.owner).Int64()
+	if err == nil && n != 1 {
+		err = errors.New("raw: delete did not delete the lock")
+	}
+	return err
+}
+
+func fencedImpl() impl {
+	return impl{
+		name:   nameFenced,
+		shared: func(*redis.Client) any { return nil },
+		locker: func(rdb *redis.Client, _ any) locker { return &fencedLocker{setnxLocker{rdb: rdb, base: uniqueBase()}} },
+	}
+}
+
+// ctxLocker is a redlease locker whose acquire calls have a 3 s deadline, as
+// a service's requests often do: without go-redis's ContextTimeoutEnabled,
+// redlease keeps such a deadline by sending the attempt on a goroutine.
+type ctxLocker struct{ redleaseLocker }
+
+func (l *ctxLocker) Lock(ctx context.Context, key string) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return l.redleaseLocker.Lock(ctx, key)
+}
+
+func redleaseCtxImpl() impl {
+	in := redleaseImpl(nameRLCtx, false)
+	inner := in.locker
+	in.locker = func(rdb *redis.Client, s any) locker {
+		return &ctxLocker{*inner(rdb, s).(*redleaseLocker)}
+	}
+	return in
+}
+
 var lockerSeq atomic.Uint64
 
 func uniqueBase() string {
@@ -310,7 +371,7 @@ func setnxImpl() impl {
 // for a NOSCRIPT round trip (the watchdog's first pipeline would otherwise
 // be sent twice, the second time with the script's source).
 func loadAll(ctx context.Context, rdb *redis.Client, s *scripts) error {
-	for _, sc := range []*redis.Script{s.acquire, s.release, s.refresh, delScript} {
+	for _, sc := range []*redis.Script{s.acquire, s.release, s.refresh, delScript, fencedScript, fencedDelScript} {
 		if err := sc.Load(ctx, rdb).Err(); err != nil {
 			return err
 		}

@@ -103,6 +103,8 @@ func (r *report) hotOf(name string, n int) *hotResult {
 const (
 	nameRaw       = "go-redis, redlease's scripts by hand"
 	nameSetNX     = "go-redis, SET NX + compare-and-delete"
+	nameFenced    = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
+	nameRLCtx     = "redlease, 3 s context"
 	nameRL        = "redlease"
 	nameBSM       = "bsm/redislock, defaults"
 	nameBSMHot    = "bsm/redislock, 100 ms retry (its example)"
