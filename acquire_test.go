@@ -3,6 +3,7 @@ package redlease
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -162,4 +163,119 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+func TestAcquireAllIsAllOrNothing(t *testing.T) {
+	srv := servertest.Redis(t)
+	rdb := srv.Client(t)
+	hook := &servertest.CountingHook{}
+	rdb.AddHook(hook)
+	ctx := t.Context()
+	c := New(rdb)
+	other := New(srv.Client(t))
+
+	warm, err := c.TryAcquire(ctx, "warm") // loads the release script
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	held, err := other.TryAcquire(ctx, "b")
+	require.NoError(t, err)
+	_, err = c.TryAcquireAll(ctx, []string{"a", "b", "c"})
+	var busy *BusyError
+	require.ErrorAs(t, err, &busy)
+	require.Equal(t, "b", busy.Resource)
+	require.Zero(t, rdb.Exists(ctx, "redlease:{a}:lease", "redlease:{c}:lease", counterKey("a")).Val(),
+		"nothing was taken, no fence drawn")
+
+	done := make(chan []*Lease, 1)
+	go func() {
+		ls, err := c.AcquireAll(ctx, []string{"a", "b", "c"}, WithMaxWait(10*time.Second))
+		if err != nil {
+			ls = nil
+		}
+		done <- ls
+	}()
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(queued(t, rdb, "b")) == 1 })
+	require.NoError(t, held.Release(ctx)) // wakes the set's acquisition
+	ls := servertest.Recv(t, done, 30*time.Second)
+	require.Len(t, ls, 3)
+	for i, r := range []string{"a", "b", "c"} {
+		require.Equal(t, r, ls[i].Resource())
+	}
+	require.Equal(t, int64(1), ls[0].Fence())
+	require.Equal(t, int64(2), ls[1].Fence(), "each resource keeps its own counter")
+	require.Empty(t, queued(t, rdb, "b"))
+	before := hook.Cmds.Load()
+	for _, l := range ls {
+		require.NoError(t, l.Release(ctx))
+	}
+	require.Equal(t, int64(3), hook.Cmds.Load()-before)
+
+	before = hook.Cmds.Load()
+	ls, err = c.TryAcquireAll(ctx, []string{"x", "y", "z"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), hook.Cmds.Load()-before, "one script, one round trip")
+	require.NoError(t, errors.Join(ls[0].Release(ctx), ls[1].Release(ctx), ls[2].Release(ctx)))
+
+	for _, bad := range [][]string{nil, {"a", "a"}, {"a", ""}} {
+		_, err := c.TryAcquireAll(ctx, bad)
+		require.ErrorIs(t, err, ErrInvalidArgument, "%q", bad)
+	}
+	_, err = c.AcquireAll(ctx, []string{"a", "b"}, WithFair(true))
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+func TestAcquireAllAcrossClusterSlots(t *testing.T) {
+	_, cc := servertest.Cluster(t, 3)
+	ctx := t.Context()
+	c := New(cc)
+	resources := []string{"orders", "payments", "users", "{tenant}:a", "{tenant}:b"}
+	ls, err := c.AcquireAll(ctx, resources)
+	require.NoError(t, err, "spread over slots: taken one by one in order")
+	for i, l := range ls {
+		require.Equal(t, resources[i], l.Resource())
+		require.Positive(t, l.Fence())
+	}
+	require.Greater(t, ls[4].Fence(), ls[3].Fence(), "one slot, one counter, taken in sorted order")
+	// One busy resource: the others are given back.
+	_, err = New(cc).TryAcquireAll(ctx, []string{"zebra", "users"})
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.Zero(t, cc.Exists(ctx, "redlease:{zebra}:lease").Val(), "the lease taken first was released")
+	for _, l := range ls {
+		require.NoError(t, l.Release(ctx))
+	}
+	// Same hash slot: one script.
+	same, err := c.TryAcquireAll(ctx, []string{"{tenant}:a", "{tenant}:b"})
+	require.NoError(t, err)
+	require.Greater(t, same[1].Fence(), same[0].Fence(), "one slot, one counter")
+	require.Equal(t, same[0].Owner(), same[1].Owner(), "taken by one script, under one owner token")
+	require.NoError(t, errors.Join(same[0].Release(ctx), same[1].Release(ctx)))
+}
+
+func TestDoReleasesOnEveryPath(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	c := New(rdb)
+	ctx := t.Context()
+
+	errWork := errors.New("work failed")
+	err := c.Do(ctx, "r", func(ctx context.Context, l *Lease) error {
+		require.NoError(t, ctx.Err())
+		require.Equal(t, int64(1), l.Fence())
+		return errWork
+	})
+	require.ErrorIs(t, err, errWork)
+	require.False(t, mr.Exists("redlease:{r}:lease"))
+
+	require.Panics(t, func() {
+		_ = c.Do(ctx, "r", func(context.Context, *Lease) error { panic("boom") })
+	})
+	require.False(t, mr.Exists("redlease:{r}:lease"), "released although fn panicked")
+
+	err = c.Do(ctx, "r", func(ctx context.Context, l *Lease) error {
+		mr.Del("redlease:{r}:lease") // the lease is lost while fn runs
+		return nil
+	})
+	require.ErrorIs(t, err, ErrLeaseLost, "a lease lost during fn is reported")
+
+	require.ErrorIs(t, c.Do(ctx, "r", nil), ErrInvalidArgument)
 }
