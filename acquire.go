@@ -249,6 +249,8 @@ func (c *Client) acquireInOrder(ctx context.Context, resources []string, opts []
 
 // try makes one attempt, repeated only while its outcome is unknown.
 func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
+	a.c.hub.calls.Add(1)
+	defer a.c.hub.calls.Add(-1)
 	bo := backoff{min: minBackoff, max: maxBackoff}
 	var lastUnknown error // an earlier attempt's, whose lease may exist
 	for attempt := 0; ; attempt++ {

@@ -307,17 +307,20 @@ func validResource(r string) error {
 }
 
 // quiet reports whether nothing is due at the Client's clock's now: no
-// renewal due or on its way, and no active lease past its local deadline
-// (its timer has yet to end it). redleasetest waits for it between steps of
-// its fake clock.
+// renewal due or on its way, no active lease past its local deadline (its
+// timer has yet to end it), and no acquire call at work other than asleep
+// on the clock. redleasetest waits for it between steps of its fake clock.
 func (c *Client) quiet() bool {
 	if c == nil || c.err != nil {
 		return true
 	}
-	now := c.clk.Now()
-	if !c.wd.quiet(now) {
+	if c.hub.calls.Load() != c.hub.asleep.Load() {
 		return false
 	}
+	if !c.wd.quiet() {
+		return false
+	}
+	now := c.clk.Now()
 	c.mu.Lock()
 	leases := make([]*Lease, 0, len(c.leases))
 	for l := range c.leases {

@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,6 +58,10 @@ type hub struct {
 	chans  map[string]*wakeChannel
 	closed chan struct{}  // closed by close: waiters stop
 	recv   sync.WaitGroup // the receive goroutines
+
+	// For Client.quiet: the acquire calls at work (waitFor, try), and how
+	// many of them are asleep in sleep.
+	calls, asleep atomic.Int32
 }
 
 // subConn is one subscription connection and the channels it carries.
@@ -311,6 +316,8 @@ func (h *hub) releaseLocked(sub *subConn) bool {
 func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
 	t := h.clk.NewTimer(d)
 	defer t.Stop()
+	h.asleep.Add(1)
+	defer h.asleep.Add(-1) // before Stop: see clock.Fake.Pending
 	select {
 	case <-ctx.Done():
 		return context.Cause(ctx)

@@ -63,6 +63,7 @@ func init() {
 	// redleasetest runs a Client on a fake clock through this hook.
 	clock.Option = func(c clock.Clock) any { return Option(func(cfg *config) { cfg.clk = c }) }
 	clock.Quiet = func(c any) bool { return c.(*Client).quiet() }
+	clock.Unobserved = func() any { return Option(func(cfg *config) { cfg.observers = nil }) }
 }
 
 // MaxHolder is the longest holder description, in bytes (WithHolder).

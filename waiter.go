@@ -15,6 +15,8 @@ import (
 
 // waitFor attempts until the leases are ours or ctx ends.
 func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
+	a.c.hub.calls.Add(1)
+	defer a.c.hub.calls.Add(-1)
 	w := &waitState{
 		retry: backoff{min: minBackoff, max: maxBackoff},         // after errors
 		poll:  backoff{min: waitBackoffMin, max: waitBackoffMax}, // between wake-ups

@@ -36,6 +36,7 @@ type watchdog struct {
 	running    bool      // the loop goroutine exists
 	stopped    bool      // Client.Close: end the loop once nothing is left, without lingering
 	sleepUntil time.Time // when the loop wakes by itself; zero: only when signalled
+	asleep     bool      // the loop waits for its timer, armed for sleepUntil, or a signal (see quiet)
 	wake       chan struct{}
 
 	goroutines sync.WaitGroup // the loop and the batches; see Client.Close
@@ -92,6 +93,7 @@ func (w *watchdog) unschedule(l *Lease) {
 }
 
 func (w *watchdog) signalLocked() {
+	w.asleep = false
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -118,6 +120,7 @@ func (w *watchdog) loop() {
 			go w.renew(batch)
 		case wait >= 0:
 			timer.Reset(wait)
+			w.sleeping()
 			select {
 			case <-timer.C():
 			case <-w.wake:
@@ -136,6 +139,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 	wait = -1
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.asleep = false
 	switch {
 	case len(w.queue) == 0 && w.inflight == 0:
 		if idleSince.IsZero() {
@@ -288,12 +292,22 @@ func (q *renewQueue) Pop() any {
 	return l
 }
 
-// quiet reports whether no renewal is due at now (within the tenth of its
-// interval by which the loop batches them) or on its way.
-func (w *watchdog) quiet(now time.Time) bool {
+// sleeping records that the loop, its timer armed, waits for it or for a
+// signal, unless a signal is already there.
+func (w *watchdog) sleeping() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.inflight == 0 && (len(w.queue) == 0 || w.queue[0].renewAt.Sub(now) > w.queue[0].interval/10)
+	w.asleep = len(w.wake) == 0
+}
+
+// quiet reports whether no renewal is on its way and the loop, if it runs,
+// sleeps with its timer armed: then it does nothing before the timer fires
+// or it is signalled. (Once the clock reaches the timer, the loop is awake
+// until it has sent what fell due and armed the timer again.)
+func (w *watchdog) quiet() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inflight == 0 && (!w.running || w.asleep)
 }
 
 // stop makes the loop end as soon as no lease is left to renew, instead of

@@ -17,7 +17,8 @@ type Clock interface {
 	NewTimer(d time.Duration) Timer
 }
 
-// Timer is a time.Timer of a Clock.
+// Timer is a time.Timer of a Clock. As with time.Timer since Go 1.23, Stop
+// and Reset discard a value that fired but was not received.
 type Timer interface {
 	C() <-chan time.Time
 	Stop() bool
@@ -48,21 +49,44 @@ var (
 	Option func(c Clock) any
 	// Quiet reports whether a *redlease.Client (as any) has nothing due at
 	// its clock's now: no renewal due or on its way, no lease past its local
-	// deadline that is still active.
+	// deadline that is still active, no acquire call at work that is not
+	// asleep on the clock.
 	Quiet func(client any) bool
+	// Unobserved returns a redlease.Option (as any) that drops the observers
+	// given before it (WithObserver, WithLogger): redleasetest's stand-in for
+	// another owner is a Client with the user's options, whose events are not
+	// the user's.
+	Unobserved func() any
 )
 
 // Fake is a Clock that moves only when Advance is called. Its timers fire
 // in the order of their times, each with the fake time at its moment.
+//
+// It also tells whether what its timers set off may still be under way
+// (Pending), so that redleasetest can wait for it before it moves on.
 type Fake struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers map[*fakeTimer]struct{}
+	mu      sync.Mutex
+	now     time.Time
+	timers  map[*fakeTimer]struct{}
+	fired   map[*fakeTimer]struct{} // channel timers fired and neither stopped nor reset since
+	running int                     // AfterFunc functions called and not returned
 }
 
 // NewFake returns a fake clock that reads start.
 func NewFake(start time.Time) *Fake {
-	return &Fake{now: start, timers: map[*fakeTimer]struct{}{}}
+	return &Fake{now: start, timers: map[*fakeTimer]struct{}{}, fired: map[*fakeTimer]struct{}{}}
+}
+
+// Pending reports how many fired timers may still be acted on: AfterFunc
+// functions that have not returned, and channel timers that fired and have
+// been neither stopped nor reset since. Their owners stop or reset them
+// once they are done with a firing (a sleep returns and stops its timer, a
+// loop resets its timer for its next wait), so a fired channel timer counts
+// until its owner has acted, not merely received.
+func (f *Fake) Pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running + len(f.fired)
 }
 
 // Now returns the fake time.
@@ -133,13 +157,34 @@ func (f *Fake) fireLocked() {
 		}
 		delete(f.timers, t)
 		if t.fn != nil {
-			go t.fn()
+			f.running++
+			go func() {
+				defer f.returned()
+				t.fn()
+			}()
 		} else {
+			f.fired[t] = struct{}{}
 			select {
 			case t.c <- f.now:
 			default:
 			}
 		}
+	}
+}
+
+func (f *Fake) returned() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running--
+}
+
+// discardLocked forgets a firing of t that was not received, and that its
+// owner is done with.
+func (f *Fake) discardLocked(t *fakeTimer) {
+	delete(f.fired, t)
+	select {
+	case <-t.c:
+	default:
 	}
 }
 
@@ -157,6 +202,7 @@ func (t *fakeTimer) Stop() bool {
 	defer t.f.mu.Unlock()
 	_, ok := t.f.timers[t]
 	delete(t.f.timers, t)
+	t.f.discardLocked(t)
 	return ok
 }
 
@@ -164,6 +210,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	t.f.mu.Lock()
 	defer t.f.mu.Unlock()
 	_, ok := t.f.timers[t]
+	t.f.discardLocked(t)
 	t.when = t.f.now.Add(d)
 	t.f.timers[t] = struct{}{}
 	t.f.fireLocked()

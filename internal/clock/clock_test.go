@@ -58,3 +58,53 @@ func TestFakeFiresInOrder(t *testing.T) {
 		t.Fatal("a timer is left")
 	}
 }
+
+// A fired timer counts as pending until its owner has acted on it: an
+// AfterFunc until its function returns, a channel timer until it is stopped
+// or reset, which also discards a value that was not received.
+func TestFakePending(t *testing.T) {
+	f := NewFake(time.Unix(1000, 0))
+	release := make(chan struct{})
+	f.AfterFunc(time.Second, func() { <-release })
+	tm := f.NewTimer(time.Second)
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("pending before firing: %d", n)
+	}
+	f.Advance(time.Second)
+	if n := f.Pending(); n != 2 {
+		t.Fatalf("pending after firing: %d, want 2", n)
+	}
+	close(release)
+	for f.Pending() != 1 { // the function returns on its goroutine
+		time.Sleep(time.Millisecond)
+	}
+	<-tm.C()
+	if n := f.Pending(); n != 1 {
+		t.Fatalf("a received timer is pending until its owner stops or resets it: %d", n)
+	}
+	tm.Reset(time.Second)
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("pending after Reset: %d", n)
+	}
+
+	f.Advance(time.Second) // fires, and nobody receives
+	if tm.Stop() {
+		t.Fatal("Stop of a fired timer reported true")
+	}
+	if n := f.Pending(); n != 0 {
+		t.Fatalf("pending after Stop: %d", n)
+	}
+	select {
+	case <-tm.C():
+		t.Fatal("Stop left the unreceived value in the channel")
+	default:
+	}
+	f.Advance(time.Second)
+	tm.Reset(time.Second) // after a firing that nobody received
+	f.Advance(500 * time.Millisecond)
+	select {
+	case <-tm.C():
+		t.Fatal("Reset left the unreceived value in the channel")
+	default:
+	}
+}
