@@ -111,6 +111,15 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 		return r, acked
 	case <-ctx.Done():
 	}
+	// A Redis that answers at all answers within microseconds: give it a
+	// moment, so that a deadline that falls while the reply is on its way
+	// does not turn a plain busy or granted reply into an unknown outcome.
+	t := time.NewTimer(abandonSlack)
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	t.Stop()
 	mu.Lock()
 	defer mu.Unlock()
 	select {
@@ -124,6 +133,10 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 	}
 	return reply{err: context.Cause(ctx)}, 0
 }
+
+// abandonSlack is how long past its context's deadline send waits for a
+// reply on its way before it gives the request up.
+const abandonSlack = 50 * time.Millisecond
 
 // checkAndRun checks that Redis can be reached and then, if proceed (nil:
 // always) agrees, runs the attempt.

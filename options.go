@@ -101,12 +101,13 @@ func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 // the lease context ends at the lease's local deadline unless Refresh extends it.
 func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on } }
 
-// WithPrefix sets the prefix of every key: a resource R uses the keys
-// <prefix>{R}:lease and <prefix>{R}:fence, which share a Redis Cluster hash
-// slot; so the prefix may not contain a brace, nor R begin with '}'.
-// Default DefaultPrefix ("redlease:"). Leases taken with different prefixes
-// do not exclude each other. NewRedisGuard, NewFencedScript and
-// NewRedisFenceStore take it too, for the keys of their fence records.
+// WithPrefix sets the prefix of every key (see keys.go for the layout): a
+// resource R uses keys <prefix>{R}:<kind>, and the fence counter of R's hash
+// slot, all in one Redis Cluster hash slot; so the prefix may not contain a
+// brace, nor R begin with '}'. Default DefaultPrefix ("redlease:"). Leases
+// taken with different prefixes do not exclude each other. The guards of
+// package fencing have an option of their own (fencing.WithPrefix) for the
+// keys of their fence records.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithRenewInterval sets how often the watchdog renews a lease. It must be

@@ -116,6 +116,8 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 	case class == notSent:
 		a.unreachable(ctx, w, err)
 		w.failed = err
+	case ctx.Err() != nil:
+		w.unknown = err // the wait's own deadline cut the attempt off: no outage
 	default:
 		a.unreachable(ctx, w, err)
 		w.unknown = err
