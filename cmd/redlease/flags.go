@@ -60,7 +60,8 @@ func fail(stderr io.Writer, cmd string, err error) int {
 // oneRedlease returns msg without the "redlease: " that begins each of the
 // library's errors, wherever one begins a part of msg (its start, or after
 // ": ", "; " or "(") outside a quoted name: printed after "redlease <cmd>: ",
-// a line names redlease once.
+// a line names redlease once. It stays one line: control characters (a
+// newline in a holder description that another program set) are escaped.
 func oneRedlease(msg string) string {
 	const lib = "redlease: "
 	var b strings.Builder
@@ -80,7 +81,7 @@ func oneRedlease(msg string) string {
 		}
 		b.WriteByte(msg[i])
 	}
-	return b.String()
+	return escaped(b.String(), "")
 }
 
 // flagOption is the lease option that a flag sets, for checkInput.

@@ -146,6 +146,7 @@ func TestOneRedlease(t *testing.T) {
 		`redlease: "q\": redlease: z": redlease: w`: `"q\": redlease: z": w`,
 		`myredlease: x`:    `myredlease: x`,
 		`no prefix at all`: `no prefix at all`,
+		"redlease: \"r\" is held by another owner (web-1\nrm x); its lease": `"r" is held by another owner (web-1\nrm x); its lease`,
 	} {
 		if got := oneRedlease(in); got != want {
 			t.Errorf("oneRedlease(%q) = %q, want %q", in, got, want)

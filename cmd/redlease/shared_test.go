@@ -165,6 +165,10 @@ func TestHolderDescriptions(t *testing.T) {
 	require.Contains(t, r.stdout, `two\nlines\tand a tab`+"\n")
 	require.Equal(t, 2, strings.Count(r.stdout, "\n"), r.stdout)
 	require.Equal(t, "two\nlines\tand a tab", c.statusOf(t, "odd").Holder)
+	r = c.run(t, "run", "-nowait", "odd", "--", "true")
+	require.Equal(t, exitBusy, r.code, r.stderr)
+	require.Contains(t, r.stderr, `is held by another owner (two\nlines\tand a tab); `)
+	require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
 	require.NoError(t, l.Release(t.Context()))
 }
 
