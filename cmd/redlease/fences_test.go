@@ -17,6 +17,7 @@ import (
 // list -fences shows the fence counters, the legacy per-resource ones
 // marked, and migrate-fences folds those in, once.
 func TestFenceCounters(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	const prefix = "fc:"
@@ -55,6 +56,7 @@ func TestFenceCounters(t *testing.T) {
 
 // migrate-fences folds the legacy counters in, once, and no fence goes back.
 func TestMigrateFences(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	const prefix = "fc:"

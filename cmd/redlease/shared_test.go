@@ -119,6 +119,7 @@ func tableRows(out, resource string) [][]string {
 }
 
 func TestHolderDescriptions(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	h := c.hold(t, "described", true, "-ttl", "10s")
@@ -173,6 +174,7 @@ func TestHolderDescriptions(t *testing.T) {
 }
 
 func TestSemaphoreRuns(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	a := c.hold(t, "pool", true, "-permits", "2")
@@ -218,6 +220,7 @@ func TestSemaphoreRuns(t *testing.T) {
 // break -fence removes one permit, without -fence every holder; a run
 // whose permit was removed is stopped.
 func TestBreakSemaphorePermits(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	a := c.hold(t, "pool", true, "-permits", "2", "-ttl", "1500ms", "-grace", "200ms")
@@ -252,6 +255,7 @@ func TestBreakSemaphorePermits(t *testing.T) {
 }
 
 func TestReadWriteRuns(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	r1 := c.hold(t, "catalog", true, "-read")
@@ -298,6 +302,7 @@ func TestReadWriteRuns(t *testing.T) {
 // The guardian stops a shared lease's command as it does the lease's, if
 // redlease is killed.
 func TestSharedLeaseCommandEndsWithRedlease(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
 	for _, kind := range [][]string{{"-permits", "2"}, {"-read"}, {"-write"}} {
@@ -317,6 +322,7 @@ func TestSharedLeaseCommandEndsWithRedlease(t *testing.T) {
 // again, however slowly it answered meanwhile; a Redis that answers no
 // more is an outage (69).
 func TestWaitThatRunsOut(t *testing.T) {
+	t.Parallel()
 	srv := servertest.Redis(t)
 	locks := redlease.New(srv.Client(t), redlease.WithHolder("the other owner"))
 	t.Cleanup(func() { _ = locks.Close(context.Background()) })
