@@ -298,9 +298,12 @@ func TestCLI(t *testing.T) {
 		require.Zero(t, r.code, r.stderr)
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		require.Len(t, lines, 3)
-		require.Equal(t, []string{"RESOURCE", "HOLDER", "FENCE", "TTL", "LAST", "FENCE", "WAITERS"}, strings.Fields(lines[0]))
-		require.Equal(t, []string{"ops:held", held.Owner(), fmt.Sprint(held.Fence())}, strings.Fields(lines[1])[:3])
-		require.Equal(t, []string{"ops:free", "-", "-", "-", "1", "0"}, strings.Fields(lines[2]))
+		require.Equal(t, []string{"RESOURCE", "KIND", "FENCE", "TTL", "OWNER", "LAST", "FENCE", "WAITERS", "HOLDER"}, strings.Fields(lines[0]))
+		f := strings.Fields(lines[1])
+		require.Equal(t, []string{"ops:held", "lease", fmt.Sprint(held.Fence())}, f[:3])
+		require.Equal(t, held.Owner()[:8], f[4], "the owner token's first eight characters")
+		require.Equal(t, redlease.DefaultHolder(), strings.Join(f[7:], " "), "the library's default holder")
+		require.Equal(t, []string{"ops:free", "-", "-", "-", "-", "1", "0", "-"}, strings.Fields(lines[2]))
 
 		r = c.run(t, "list", "-json", "ops:*")
 		require.Zero(t, r.code, r.stderr)
@@ -352,6 +355,23 @@ func TestCLI(t *testing.T) {
 		r := c.run(t, "list", "node:*")
 		require.Zero(t, r.code, r.stderr)
 		require.Equal(t, 1, strings.Count(r.stdout, "\n"), "a header; released, the resources left nothing to list:\n%s", r.stdout)
+		r = c.run(t, "list", "-fences", "-json")
+		require.Zero(t, r.code, r.stderr)
+		var fcs []fenceJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &fcs), r.stdout)
+		slots := map[int]bool{}
+		for i := range 6 {
+			slot, err := cc.ClusterKeySlot(t.Context(), fmt.Sprintf("redlease:{node:%d}:lease", i)).Result()
+			require.NoError(t, err)
+			slots[int(slot)] = true
+		}
+		require.Len(t, fcs, len(slots), "a counter per slot used, found on every master: %s", r.stdout)
+		for _, fc := range fcs {
+			require.True(t, slots[fc.Slot], "%+v", fc)
+		}
+		r = c.run(t, "migrate-fences")
+		require.Zero(t, r.code, r.stderr)
+		require.Contains(t, r.stdout, "nothing to fold in")
 
 		locks := redlease.New(cc)
 		defer locks.Close(context.Background())

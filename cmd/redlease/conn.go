@@ -98,13 +98,13 @@ func (s *session) connect(ctx context.Context) error {
 }
 
 // open returns a session for the flags, connected after checkInput passed
-// resources and flags; see checkInput for its errors.
-func (c *conn) open(ctx context.Context, stderr io.Writer, resources []string, flags []flagOption) (*session, error) {
+// in; see checkInput for its errors.
+func (c *conn) open(ctx context.Context, stderr io.Writer, in input) (*session, error) {
 	s, err := c.session(stderr)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkInput(resources, flags); err != nil {
+	if err := s.checkInput(in); err != nil {
 		s.close()
 		return nil, err
 	}

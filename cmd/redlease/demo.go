@@ -70,7 +70,7 @@ func demoCommand(args []string, stdout, stderr io.Writer) int {
 		case <-ctx.Done():
 		}
 	}()
-	if err := s.checkInput([]string{*resource}, []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}); err != nil {
+	if err := s.checkInput(input{resources: []string{*resource}, flags: []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}}); err != nil {
 		return fail(stderr, "demo", err)
 	}
 	if err := s.connect(ctx); err != nil {

@@ -60,7 +60,8 @@ func fail(stderr io.Writer, cmd string, err error) int {
 // oneRedlease returns msg without the "redlease: " that begins each of the
 // library's errors, wherever one begins a part of msg (its start, or after
 // ": ", "; " or "(") outside a quoted name: printed after "redlease <cmd>: ",
-// a line names redlease once.
+// a line names redlease once. It stays one line: control characters (a
+// newline in a holder description that another program set) are escaped.
 func oneRedlease(msg string) string {
 	const lib = "redlease: "
 	var b strings.Builder
@@ -80,7 +81,7 @@ func oneRedlease(msg string) string {
 		}
 		b.WriteByte(msg[i])
 	}
-	return b.String()
+	return escaped(b.String(), "")
 }
 
 // flagOption is the lease option that a flag sets, for checkInput.
@@ -90,37 +91,51 @@ type flagOption struct {
 	opt   redlease.Option
 }
 
+// input is what a command checks before it connects: its resources, and
+// the flags that set lease options or the kind of lease (run).
+type input struct {
+	resources []string
+	flags     []flagOption
+	kind      leaseKind
+}
+
 // checkInput checks, before any connection and without any I/O, what the
-// library would refuse: the key prefix, each resource name, and the lease
-// options of the flags, in their order. Its error is a *usageError naming
-// the first flag or argument that is wrong. The rules are the library's:
-// it checks its input before any round trip, and an acquire whose context
-// has already ended goes no further than that.
-func (s *session) checkInput(resources []string, flags []flagOption) error {
-	if err := s.check("any"); err != nil {
+// library would refuse: the key prefix, each resource name, the kind of
+// lease (run's -permits N) and the lease options of the flags, in their
+// order. Its error is a *usageError naming the first flag or argument that
+// is wrong. The rules are the library's: it checks its input before any
+// round trip, and an acquire whose context has already ended goes no
+// further than that.
+func (s *session) checkInput(in input) error {
+	lease := leaseKind{}.try(s.locks)
+	if err := s.check(lease, "any"); err != nil {
 		return &usageError{fmt.Sprintf("-prefix %q: %s", s.prefix, invalidReason(err))}
 	}
-	for _, r := range resources {
-		if err := s.check(r); err != nil {
+	for _, r := range in.resources {
+		if err := s.check(lease, r); err != nil {
 			return &usageError{fmt.Sprintf("RESOURCE %q: %s", r, invalidReason(err))}
 		}
 	}
+	try := in.kind.try(s.locks)
+	if err := s.check(try, "any"); err != nil {
+		return &usageError{fmt.Sprintf("%s: %s", in.kind.flag(), invalidReason(err))}
+	}
 	var opts []redlease.Option
-	for _, f := range flags {
+	for _, f := range in.flags {
 		opts = append(opts, f.opt)
-		if err := s.check("any", opts...); err != nil {
+		if err := s.check(try, "any", opts...); err != nil {
 			return &usageError{fmt.Sprintf("%s %v: %s", f.flag, f.value, invalidReason(err))}
 		}
 	}
 	return nil
 }
 
-// check returns the library's ErrInvalidArgument error for resource and
-// opts, or nil.
-func (s *session) check(resource string, opts ...redlease.Option) error {
+// check returns the library's ErrInvalidArgument error for an acquire
+// (try) of resource with opts, or nil.
+func (s *session) check(try acquireFunc, resource string, opts ...redlease.Option) error {
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.locks.TryAcquire(ended, resource, opts...); errors.Is(err, redlease.ErrInvalidArgument) {
+	if _, err := try(ended, resource, opts...); errors.Is(err, redlease.ErrInvalidArgument) {
 		return err
 	}
 	return nil

@@ -37,6 +37,16 @@ func TestFlagsAreCheckedBeforeConnecting(t *testing.T) {
 		{[]string{"list", "-redis", down, "-prefix", "{"}, `-prefix "{": `},
 		{[]string{"break", "-redis", down, "}res"}, `RESOURCE "}res": `},
 		{[]string{"break", "-redis", down, "-fence", "-3", "res"}, "-fence -3: "},
+		{[]string{"run", "-redis", down, "-permits", "0", "res", "--", "true"}, "-permits 0: 0 permits is not in 1..MaxPermits"},
+		{[]string{"run", "-redis", down, "-permits", "-2", "res", "--", "true"}, "-permits -2: "},
+		{[]string{"run", "-redis", down, "-permits", "2000000", "res", "--", "true"}, "-permits 2000000: "},
+		{[]string{"run", "-redis", down, "-permits", "2", "-ttl", "1.5ms", "res", "--", "true"}, "-ttl 1.5ms: "},
+		{[]string{"run", "-redis", down, "-read", "-margin", "-1s", "res", "--", "true"}, "-margin -1s: "},
+		{[]string{"run", "-redis", down, "-write", "-max-hold", "-1s", "res", "--", "true"}, "-max-hold -1s: "},
+		{[]string{"run", "-redis", down, "-read", "}res", "--", "true"}, `RESOURCE "}res": `},
+		{[]string{"run", "-redis", down, "-read", "-write", "res", "--", "true"}, "-permits, -read and -write exclude each other"},
+		{[]string{"migrate-fences", "-redis", down, "-prefix", "a{"}, `-prefix "a{": `},
+		{[]string{"list", "-redis", down, "-fences", "-prefix", "a}"}, `-prefix "a}": `},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(tc.args, &out, &errOut)
@@ -58,10 +68,10 @@ func TestCheckingInputSendsNothing(t *testing.T) {
 	defer rdb.Close()
 	s := &session{rdb: rdb, locks: redlease.New(rdb), prefix: redlease.DefaultPrefix}
 	defer s.close()
-	if err := s.checkInput([]string{"fine"}, nil); err != nil {
+	if err := s.checkInput(input{resources: []string{"fine"}}); err != nil {
 		t.Errorf("valid input: %v", err)
 	}
-	if err := s.checkInput([]string{"fine"}, []flagOption{{"-ttl", "1.5ms", redlease.WithTTL(1500000)}}); err == nil {
+	if err := s.checkInput(input{resources: []string{"fine"}, flags: []flagOption{{"-ttl", "1.5ms", redlease.WithTTL(1500000)}}}); err == nil {
 		t.Error("-ttl 1.5ms: no error")
 	}
 	if n := dials.Load(); n != 0 {
@@ -73,9 +83,13 @@ func TestCheckingInputSendsNothing(t *testing.T) {
 // once put them, or get a message that shows the order.
 func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run([]string{"-redis", "redis://127.0.0.1:1", "status", "res"}, &out, &errOut)
-	if code != exitUnavailable || !strings.Contains(errOut.String(), "127.0.0.1:1 unreachable") {
-		t.Errorf("-redis before status: exit %d, stderr %q; want it used (69, unreachable)", code, errOut.String())
+	for _, cmd := range [][]string{{"status", "res"}, {"migrate-fences"}} {
+		out.Reset()
+		errOut.Reset()
+		code := run(append([]string{"-redis", "redis://127.0.0.1:1"}, cmd...), &out, &errOut)
+		if code != exitUnavailable || !strings.Contains(errOut.String(), "127.0.0.1:1 unreachable") {
+			t.Errorf("-redis before %s: exit %d, stderr %q; want it used (69, unreachable)", cmd[0], code, errOut.String())
+		}
 	}
 	for _, tc := range []struct {
 		args []string
@@ -84,6 +98,7 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 		{[]string{"-ttl", "5s", "run", "res", "--", "true"}, "redlease run [flags]"},
 		{[]string{"-redis", "redis://h:1"}, "redlease <command> [flags]"},
 		{[]string{"-prefix", "p:", "demo"}, "-prefix does not apply to demo"},
+		{[]string{"-permits", "3", "run", "res", "--", "true"}, "redlease run [flags]"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(tc.args, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), tc.want) ||
@@ -131,6 +146,7 @@ func TestOneRedlease(t *testing.T) {
 		`redlease: "q\": redlease: z": redlease: w`: `"q\": redlease: z": w`,
 		`myredlease: x`:    `myredlease: x`,
 		`no prefix at all`: `no prefix at all`,
+		"redlease: \"r\" is held by another owner (web-1\nrm x); its lease": `"r" is held by another owner (web-1\nrm x); its lease`,
 	} {
 		if got := oneRedlease(in); got != want {
 			t.Errorf("oneRedlease(%q) = %q, want %q", in, got, want)

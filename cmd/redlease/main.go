@@ -19,18 +19,24 @@ import (
 const usage = `usage: redlease <command> [flags] [arguments]
 
 Commands:
-  run     run a command while holding a lease, like flock(1) across machines
-  status  show the holder, fence, TTL, fence counter and waiters of resources
-  list    list the resources whose names match a pattern (SCAN, never KEYS)
-  break   remove a stuck lease by force; the fence counter stays
+  run     run a command while holding a lease, like flock(1) across machines;
+          or a permit of a semaphore (-permits N), a read or a write lease
+  status  show the holders (fence, TTL, owner, description) of resources,
+          their fence counter and waiters
+  list    list the resources whose names match a pattern (SCAN, never KEYS);
+          -fences: the fence counters instead
+  break   remove stuck leases by force; the fence counter stays
+  migrate-fences
+          fold the per-resource fence counters of earlier versions into the
+          counters of their hash slots
   demo    show a stale lease holder being stopped by its fencing token
           (embedded Redis by default; -redis URL for a real server)
   version print the module version and VCS revision redlease was built from
 
 Run 'redlease <command> -h' for the flags of a command.
 
-Connecting (run, status, list, break; after the command, or before it, as
-in 'redlease -redis URL status R'):
+Connecting (run, status, list, break, migrate-fences; after the command, or
+before it, as in 'redlease -redis URL status R'):
   -redis URL  or $REDIS_URL; default ` + defaultURL + `
       redis://[user:password@]host:port[/db][?option=value]   one server
       rediss://...                                             one server, TLS
@@ -50,8 +56,10 @@ Examples:
   redlease demo
   redlease demo -redis redis://127.0.0.1:6379/0 -ttl 2s
   redlease run -wait 10m nightly-report -- ./report.sh
+  redlease run -permits 4 encoders -- ./encode.sh "$file"
   redlease status nightly-report
   redlease list 'tenant:*'
+  redlease list -fences
   redlease break -fence 34 nightly-report
 `
 
@@ -79,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return listCommand(args[1:], stdout, stderr)
 	case "break":
 		return breakCommand(args[1:], stdout, stderr)
+	case "migrate-fences":
+		return migrateFencesCommand(args[1:], stdout, stderr)
 	case "demo":
 		return demoCommand(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
@@ -97,7 +107,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // commandFlags lists, for each command, the connection flags it takes.
 var commandFlags = map[string][]string{
 	"run": {"redis", "prefix", "v"}, "status": {"redis", "prefix", "v"}, "list": {"redis", "prefix", "v"},
-	"break": {"redis", "prefix", "v"}, "demo": {"redis"}, "version": nil,
+	"break": {"redis", "prefix", "v"}, "migrate-fences": {"redis", "prefix", "v"}, "demo": {"redis"}, "version": nil,
 }
 
 // globalFlags moves the connection flags given before the command

@@ -55,10 +55,18 @@ func TestCommandLineMistakesExitTwoWithOneLine(t *testing.T) {
 		{"run", "-nowait", "-wait", "1s", "res", "--", "true"},
 		{"run", "-grace", "-1s", "res", "--", "true"},
 		{"run", "-ttl", "banana", "res", "--", "true"},
+		{"run", "-read", "-write", "res", "--", "true"},
+		{"run", "-permits", "2", "-read", "res", "--", "true"},
+		{"run", "-permits", "2", "-write", "res", "--", "true"},
+		{"run", "-permits", "x", "res", "--", "true"},
 		{"status"},
 		{"status", "-redis", "http://example", "res"},
 		{"status", "-redis", "redis+cluster://a:1,,b:2", "res"},
 		{"list", "a", "b"},
+		{"list", "-fences", "a"},
+		{"list", "-fences", "-held"},
+		{"migrate-fences", "extra"},
+		{"migrate-fences", "-fence", "3"},
 		{"break"},
 		{"break", "-fence", "x", "res"},
 		{"demo", "-ttl", "banana"},
@@ -80,11 +88,12 @@ func TestCommandLineMistakesExitTwoWithOneLine(t *testing.T) {
 
 func TestHelpOfEveryCommand(t *testing.T) {
 	for cmd, want := range map[string]string{
-		"run":    "REDLEASE_FENCE",
-		"status": "redlease status nightly-report",
-		"list":   "SCAN",
-		"break":  "-fence",
-		"demo":   "redlease-demo:",
+		"run":            "REDLEASE_PERMIT",
+		"status":         "permit P/N",
+		"list":           "-fences",
+		"break":          "every permit of its",
+		"migrate-fences": "idempotent",
+		"demo":           "redlease-demo:",
 	} {
 		var out, errOut bytes.Buffer
 		if code := run([]string{cmd, "-h"}, &out, &errOut); code != 0 {
@@ -110,6 +119,8 @@ func TestUnreachableRedisExits69WithOneLine(t *testing.T) {
 		{"list", "-redis", "redis://127.0.0.1:1"},
 		{"break", "-redis", "redis://127.0.0.1:1", "res"},
 		{"run", "-redis", "redis://127.0.0.1:1", "res", "--", "true"},
+		{"list", "-redis", "redis://127.0.0.1:1", "-fences"},
+		{"migrate-fences", "-redis", "redis://127.0.0.1:1"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(args, &out, &errOut); code != 69 {

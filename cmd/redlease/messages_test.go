@@ -15,7 +15,7 @@ import (
 )
 
 // linePrefix is how every line redlease writes to stderr begins.
-var linePrefix = regexp.MustCompile(`^redlease( [a-z]+)?: `)
+var linePrefix = regexp.MustCompile(`^redlease( [a-z-]+)?: `)
 
 // checkLines fails t for a line of out that does not begin with
 // "redlease <cmd>: ", or names redlease again after that.
@@ -48,10 +48,23 @@ func TestEveryMessageSaysRedleaseOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) }) // after the parallel subtests
-	// A lease key of the wrong type: every script that reads it fails.
-	if err := rdb.HSet(t.Context(), "redlease:{wrongtype}:lease", "f", "v").Err(); err != nil {
+	// A lease key of the wrong type: every script that reads it fails; a
+	// legacy fence counter too.
+	for _, k := range []string{"redlease:{wrongtype}:lease", "redlease:{wrongtype}:fence"} {
+		if err := rdb.HSet(t.Context(), k, "f", "v").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sem, err := locks.TryAcquireSemaphore(t.Context(), "sem", 1, redlease.WithTTL(time.Minute))
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = sem.Release(context.Background()) })
+	w, err := locks.TryAcquireWrite(t.Context(), "rw", redlease.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Release(context.Background()) })
 	gone := servertest.Redis(t)
 	other := redlease.New(gone.Client(t), redlease.WithAutoRenew(false))
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
@@ -71,7 +84,15 @@ func TestEveryMessageSaysRedleaseOnce(t *testing.T) {
 		{"lost before release", []string{"run", "-redis", url, "-ttl", "30s", "lost", "--", "sleep", "0.5"},
 			func() { breakWhenHeld(t, locks, "lost") }},
 		{"max hold", []string{"run", "-redis", url, "-max-hold", "300ms", "-grace", "100ms", "maxhold", "--", "sleep", "30"}, nil},
+		{"semaphore busy", []string{"run", "-redis", url, "-permits", "1", "-nowait", "sem", "--", "true"}, nil},
+		{"semaphore wait ran out", []string{"run", "-redis", url, "-permits", "1", "-wait", "200ms", "sem", "--", "true"}, nil},
+		{"other permits", []string{"run", "-redis", url, "-permits", "2", "-wait", "300ms", "sem", "--", "true"}, nil},
+		{"read busy", []string{"run", "-redis", url, "-read", "-nowait", "rw", "--", "true"}, nil},
+		{"write wait ran out", []string{"run", "-redis", url, "-write", "-wait", "200ms", "rw", "--", "true"}, nil},
 		{"status refused", []string{"status", "-redis", url, "wrongtype"}, nil},
+		{"list -fences refused", []string{"list", "-redis", url, "-fences"}, nil},
+		{"migrate-fences refused", []string{"migrate-fences", "-redis", url}, nil},
+		{"exclusive flags", []string{"run", "-read", "-permits", "2", "r", "--", "true"}, nil},
 		{"list refused", []string{"list", "-redis", url, "wrongtype"}, nil},
 		{"break refused", []string{"break", "-redis", url, "wrongtype"}, nil},
 		{"invalid TTL", []string{"run", "-redis", url, "-ttl", "1.5ms", "r", "--", "true"}, nil},

@@ -3,23 +3,33 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
-	"text/tabwriter"
-	"time"
 
 	"github.com/redlease/redlease"
 )
 
 const statusHelp = `usage: redlease status [flags] RESOURCE...
 
-Shows, for each resource, what Redis holds: the holder's owner token and
-fence, the time its lease has left, the fence counter (the newest fence
-handed out; the next holder gets a larger one) and the number of queued
-waiters. Each resource is read in one atomic step. It only reads.
+Shows, for each resource, what Redis holds, one row per holder: its lease
+(KIND lease), and each holder of its shared leases: a permit of its
+semaphore (KIND permit P/N: permit P of N), its write lease (write), its
+read leases (read). A row has the holder's fence, the time its lease has
+left, the first eight characters of its owner token (REDLEASE_OWNER), the
+resource's fence counter (LAST FENCE: at least the newest fence handed out
+for it; the next holder gets a larger one), the number of queued waiters,
+and the holder's description (HOLDER: for 'redlease run', the host, the pid
+of redlease and the command; cut to 60 characters in the table). A resource
+that nobody holds has one row of dashes (KIND permit -/N for a semaphore
+whose permits are all free). Each resource is read in one atomic step. It
+only reads.
+
+-json prints an array with an object per resource, whole: resource, held
+(its lease), owner, fence, holder, ttl_ms (-1: no expiry), last_fence,
+waiters, permits (its semaphore's number, if any) and holders, the holders
+of its shared leases, each with kind ("permit", "write" or "read"), permit
+(for kind "permit"), owner, fence, holder and ttl_ms.
 
 Examples:
   redlease status nightly-report
@@ -28,94 +38,31 @@ Examples:
 `
 
 const listHelp = `usage: redlease list [flags] [PATTERN]
+       redlease list -fences [-json]
 
 Lists the resources whose names match PATTERN (a Redis glob: *, ?, [a-z];
-default *), held or not, sorted by name, with the columns of 'redlease
-status'. It walks the keyspace with SCAN (never KEYS, which blocks Redis),
-on every master of a cluster; a resource first acquired during the walk may
-be missed.
+default *) that are held or waited for, sorted by name, in the rows and
+columns of 'redlease status' (-json as well). A resource nobody holds or
+waits for leaves nothing in Redis to list. -held leaves out those that are
+only waited for. It walks the keyspace with SCAN (never KEYS, which blocks
+Redis), on every master of a cluster; a resource first acquired during the
+walk may be missed.
+
+-fences lists the fence counters instead, what stays in Redis for good: one
+per Redis Cluster hash slot that was ever used (16,384 at most per prefix),
+shared by the resources of the slot, with its slot, value and key, sorted
+by slot. A per-resource counter that an earlier version of redlease left is
+marked legacy; 'redlease migrate-fences' folds those into their slots'
+counters, and list -fences says so on stderr while any remain. With -json:
+an array of objects with slot, value, key, legacy, and resource for a
+legacy counter.
 
 Examples:
   redlease list
   redlease list -held 'tenant:*'
   redlease list -json | jq '.[] | select(.waiters > 0)'
+  redlease list -fences
 `
-
-const breakHelp = `usage: redlease break [flags] RESOURCE
-
-Removes the lease of RESOURCE by force: an operator's release, for a holder
-that is gone or stuck. It reads and deletes the lease in one atomic step,
-prints what it removed, and wakes the first waiter. The fence counter stays
-as it is, so the next holder gets a larger fence than the removed one.
-
-The removed holder is not stopped: it learns of the loss at its next renewal
-(within TTL/3) and may still be writing until then, while the next holder
-starts. Only a resource that checks fences keeps them apart. With -fence,
-break removes the lease only while it still has that fence (the holder you
-saw in 'redlease status'), never a newer holder that took over meanwhile.
-
-Exits 0 if it removed a lease, 1 if there was none (or it had another fence).
-With -json it prints the lease it found as 'redlease status -json' does, as
-one object, with "removed": true or false.
-
-Examples:
-  redlease status nightly-report         # holder ..., fence 34
-  redlease break -fence 34 nightly-report
-  redlease break -json nightly-report | jq .owner
-`
-
-// statusJSON is one resource in -json output.
-type statusJSON struct {
-	Resource  string `json:"resource"`
-	Held      bool   `json:"held"`
-	Owner     string `json:"owner,omitempty"`
-	Fence     int64  `json:"fence,omitempty"`
-	TTLMS     int64  `json:"ttl_ms"` // -1: the lease key has no expiry
-	LastFence int64  `json:"last_fence"`
-	Waiters   int64  `json:"waiters"`
-}
-
-func toJSON(st redlease.Status) statusJSON {
-	ttl := st.TTL.Milliseconds()
-	if st.TTL < 0 {
-		ttl = -1
-	}
-	return statusJSON{Resource: st.Resource, Held: st.Held, Owner: st.Owner, Fence: st.Fence, TTLMS: ttl,
-		LastFence: st.LastFence, Waiters: st.Waiters}
-}
-
-// printStatuses writes sts as an aligned table, or as a JSON array.
-func printStatuses(w io.Writer, sts []redlease.Status, asJSON bool) error {
-	if asJSON {
-		out := make([]statusJSON, len(sts))
-		for i, st := range sts {
-			out[i] = toJSON(st)
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RESOURCE\tHOLDER\tFENCE\tTTL\tLAST FENCE\tWAITERS")
-	for _, st := range sts {
-		holder, fence, ttl := "-", "-", "-"
-		if st.Held {
-			holder, ttl = st.Owner, formatTTL(st.TTL)
-			if st.Fence > 0 {
-				fence = strconv.FormatInt(st.Fence, 10)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", st.Resource, holder, fence, ttl, st.LastFence, st.Waiters)
-	}
-	return tw.Flush()
-}
-
-func formatTTL(d time.Duration) string {
-	if d < 0 {
-		return "no expiry"
-	}
-	return d.Round(time.Millisecond).String()
-}
 
 func statusCommand(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("status", statusHelp)
@@ -128,7 +75,7 @@ func statusCommand(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "status", &usageError{"no RESOURCE given"})
 	}
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr, fs.Args(), nil)
+	s, err := cf.open(ctx, stderr, input{resources: fs.Args()})
 	if err != nil {
 		return fail(stderr, "status", err)
 	}
@@ -152,22 +99,31 @@ func listCommand(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("list", listHelp)
 	cf := addConnFlags(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array instead of a table")
-	held := fs.Bool("held", false, "only resources whose lease is held now")
+	held := fs.Bool("held", false, "only resources that someone holds now (a lease or a shared lease)")
+	fences := fs.Bool("fences", false, "list the fence counters instead of the resources")
 	if code, done := parse(fs, args, stdout, stderr); done {
 		return code
 	}
-	if fs.NArg() > 1 {
+	switch {
+	case *fences && *held:
+		return fail(stderr, "list", &usageError{"-fences and -held exclude each other"})
+	case *fences && fs.NArg() > 0:
+		return fail(stderr, "list", &usageError{fmt.Sprintf("-fences takes no PATTERN, got %q", fs.Args())})
+	case fs.NArg() > 1:
 		return fail(stderr, "list", &usageError{fmt.Sprintf("one PATTERN at most, got %q", fs.Args())})
 	}
 	ctx := context.Background()
-	s, err := cf.open(ctx, stderr, nil, nil)
+	s, err := cf.open(ctx, stderr, input{})
 	if err != nil {
 		return fail(stderr, "list", err)
 	}
 	defer s.close()
+	if *fences {
+		return listFences(ctx, s, *asJSON, stdout, stderr)
+	}
 	var sts []redlease.Status
 	err = s.locks.Scan(ctx, fs.Arg(0), func(st redlease.Status) error {
-		if st.Held || !*held {
+		if !*held || st.Held || len(st.Shared) > 0 {
 			sts = append(sts, st)
 		}
 		return nil
@@ -181,70 +137,4 @@ func listCommand(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
-}
-
-func breakCommand(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("break", breakHelp)
-	cf := addConnFlags(fs)
-	fence := fs.Int64("fence", 0, "remove the lease only while it has this fence (0: whatever lease is there)")
-	asJSON := fs.Bool("json", false, "print what was found and whether it was removed as a JSON object")
-	if code, done := parse(fs, args, stdout, stderr); done {
-		return code
-	}
-	switch {
-	case fs.NArg() != 1:
-		return fail(stderr, "break", &usageError{"want exactly one RESOURCE"})
-	case *fence < 0:
-		return fail(stderr, "break", &usageError{fmt.Sprintf("-fence %d: must not be negative", *fence)})
-	}
-	resource := fs.Arg(0)
-	ctx := context.Background()
-	s, err := cf.open(ctx, stderr, []string{resource}, nil)
-	if err != nil {
-		return fail(stderr, "break", err)
-	}
-	defer s.close()
-	st, removed, err := s.locks.Break(ctx, resource, *fence)
-	if err != nil {
-		return fail(stderr, "break", err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(breakJSON{toJSON(st), removed}); err != nil {
-			fmt.Fprintln(stderr, "redlease break:", err)
-			return exitFailed
-		}
-	} else {
-		printBreak(stdout, st, removed, *fence)
-	}
-	if !removed {
-		return exitFailed
-	}
-	return exitOK
-}
-
-// breakJSON is break's -json output: the lease found, and whether it was
-// removed.
-type breakJSON struct {
-	statusJSON
-	Removed bool `json:"removed"`
-}
-
-// printBreak says what break found and did.
-func printBreak(w io.Writer, st redlease.Status, removed bool, fence int64) {
-	switch {
-	case !st.Held:
-		fmt.Fprintf(w, "%q is not held; nothing removed (fence counter %d)\n", st.Resource, st.LastFence)
-		return
-	case !removed:
-		fmt.Fprintf(w, "%q is held under fence %d, not %d; nothing removed\n", st.Resource, st.Fence, fence)
-		return
-	}
-	fmt.Fprintf(w, "removed the lease of %q: holder %s, fence %d, %s left\n",
-		st.Resource, st.Owner, st.Fence, formatTTL(st.TTL))
-	fmt.Fprintf(w, "the fence counter stays at %d: the next holder gets a larger fence\n", st.LastFence)
-	if st.Waiters > 0 {
-		fmt.Fprintf(w, "%d waiter(s) queued; the first live one was woken\n", st.Waiters)
-	}
 }

@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,11 +25,30 @@ these variables added to its environment:
   REDLEASE_FENCE     the lease's fencing token: pass it with every write, and
                      let the target reject a fence older than the newest it saw
   REDLEASE_OWNER     the lease's owner token
+  REDLEASE_PERMIT    with -permits: the permit it holds, 0 to N-1
 
 renews the lease while COMMAND runs, and releases it when COMMAND exits.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlease are passed on to
 COMMAND. COMMAND runs in a process group of its own, so signals reach
 everything it starts; it cannot read from a terminal.
+
+A shared lease instead, one of these at most:
+  -permits N  one of the N permits of RESOURCE's semaphore: up to N commands
+              hold one at once. Every run on RESOURCE must give the same N
+              while any permit is held; another N is refused (exit 2).
+  -read       a read lease: shared with other readers, never with a writer.
+  -write      the write lease: no reader and no other writer. Writers come
+              first: while a writer waits, new readers wait behind it.
+Each permit, read and write lease has a fence of its own; a shared lease is
+renewed, supervised and released as the lease is, and all that follows
+holds for it alike. Read and write leases of a resource are apart from its
+lease and from its semaphore: use one kind per resource.
+
+The lease records its holder, "<host> pid <pid of redlease>: COMMAND
+[ARG...]" (quoted as a shell would read it, at most 1024 bytes), at no extra
+cost: 'redlease status' and 'redlease list' show it, and a run that finds
+the lease held (-nowait, or -wait running out) names the holder and says
+when its lease lapses unless the holder renews it.
 
 Processes that COMMAND leaves in its group (sh -c 'job &') get SIGTERM when
 it exits, and SIGKILL -grace later; the lease is released once they are gone,
@@ -83,11 +100,50 @@ Examples:
   redlease run nightly-report -- ./report.sh --date today
   redlease run -nowait -ttl 1m backup -- sh -c 'pg_dump app | gzip > /backup/app.gz'
   redlease run -wait 5m -max-hold 1h -grace 30s migrate -- ./migrate up
+  redlease run -permits 4 encoders -- ./encode.sh "$file"
+  redlease run -read catalog -- ./export-catalog
+  redlease run -write -wait 10m catalog -- ./rebuild-catalog
 `
 
 func runCommand(args []string, stdout, stderr io.Writer) int {
+	rf, code, done := parseRun(args, stdout, stderr)
+	if done {
+		return code
+	}
+	opts := make([]redlease.Option, len(rf.flags), len(rf.flags)+1)
+	for i, f := range rf.flags {
+		opts[i] = f.opt
+	}
+	opts = append(opts, redlease.WithHolder(commandHolder(rf.argv)))
+	ctx := context.Background()
+	s, err := rf.conn.open(ctx, stderr, input{resources: []string{rf.resource}, flags: rf.flags, kind: rf.kind})
+	if err != nil {
+		return fail(stderr, "run", err)
+	}
+	defer s.close()
+	r := &runner{s: s, resource: rf.resource, argv: rf.argv, kind: rf.kind, wait: rf.wait, grace: rf.grace,
+		what: rf.kind.of(nil, rf.resource), stdout: stdout, stderr: stderr}
+	return r.run(ctx, !rf.nowait, opts)
+}
+
+// runFlags are run's flags and arguments, checked as far as they can be
+// without the library (checkInput does the rest).
+type runFlags struct {
+	conn     *conn
+	resource string
+	argv     []string
+	nowait   bool
+	wait     time.Duration
+	grace    time.Duration
+	kind     leaseKind
+	flags    []flagOption // the lease options the flags set, in the order of the checks
+}
+
+// parseRun parses run's command line; done is true when run should end
+// with code (after -h, or a mistake).
+func parseRun(args []string, stdout, stderr io.Writer) (rf runFlags, code int, done bool) {
 	fset := newFlagSet("run", runHelp)
-	cf := addConnFlags(fset)
+	rf.conn = addConnFlags(fset)
 	ttl := fset.Duration("ttl", redlease.DefaultTTL, "lease `TTL`; the lease is renewed every TTL/3")
 	wait := fset.Duration("wait", 0, "wait at most this long for the lease (0: until it is acquired)")
 	nowait := fset.Bool("nowait", false, "do not wait: exit 75 at once if the lease is held")
@@ -95,51 +151,53 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	grace := fset.Duration("grace", 10*time.Second, "how long after SIGTERM a command that lost its lease gets SIGKILL")
 	margin := fset.Duration("margin", 0, "safety margin: how long before the TTL runs out, unrenewed, the command is stopped (0: TTL/10)")
 	fair := fset.Bool("fair", false, "hand the lease to waiters in arrival order")
+	kind := addKindFlags(fset)
 	if code, done := parse(fset, args, stdout, stderr); done {
-		return code
+		return rf, code, true
 	}
-	rest := fset.Args()
-	switch {
-	case len(rest) == 0:
-		return fail(stderr, "run", &usageError{"no RESOURCE given"})
-	case len(rest) > 1 && rest[1] != "--" && strings.HasPrefix(rest[1], "-"):
-		return fail(stderr, "run", &usageError{fmt.Sprintf("flag %s after RESOURCE: flags go before it", rest[1])})
-	case *nowait && *wait > 0:
-		return fail(stderr, "run", &usageError{"-wait and -nowait exclude each other"})
-	case *grace < 0:
-		return fail(stderr, "run", &usageError{fmt.Sprintf("-grace %v: must not be negative", *grace)})
+	var err error
+	if rf.kind, err = kind(); err != nil {
+		return rf, fail(stderr, "run", err), true
 	}
-	resource, argv := rest[0], rest[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	}
-	if len(argv) == 0 {
-		return fail(stderr, "run", &usageError{"no COMMAND given"})
+	rf.nowait, rf.wait, rf.grace = *nowait, *wait, *grace
+	if err := rf.arguments(fset.Args()); err != nil {
+		return rf, fail(stderr, "run", err), true
 	}
 	// 0 means the default for -margin and -wait; other values, negative
 	// ones too, go to the library, which checks them.
-	flags := []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}
+	rf.flags = []flagOption{{"-ttl", *ttl, redlease.WithTTL(*ttl)}}
 	if *margin != 0 {
-		flags = append(flags, flagOption{"-margin", *margin, redlease.WithSafetyMargin(*margin)})
+		rf.flags = append(rf.flags, flagOption{"-margin", *margin, redlease.WithSafetyMargin(*margin)})
 	}
-	flags = append(flags, flagOption{"-max-hold", *maxHold, redlease.WithMaxHold(*maxHold)})
+	rf.flags = append(rf.flags, flagOption{"-max-hold", *maxHold, redlease.WithMaxHold(*maxHold)})
 	if *wait != 0 {
-		flags = append(flags, flagOption{"-wait", *wait, redlease.WithMaxWait(*wait)})
+		rf.flags = append(rf.flags, flagOption{"-wait", *wait, redlease.WithMaxWait(*wait)})
 	}
-	flags = append(flags, flagOption{"-fair", *fair, redlease.WithFair(*fair)})
-	opts := make([]redlease.Option, len(flags))
-	for i, f := range flags {
-		opts[i] = f.opt
-	}
+	rf.flags = append(rf.flags, flagOption{"-fair", *fair, redlease.WithFair(*fair)})
+	return rf, exitOK, false
+}
 
-	ctx := context.Background()
-	s, err := cf.open(ctx, stderr, []string{resource}, flags)
-	if err != nil {
-		return fail(stderr, "run", err)
+// arguments checks the arguments after the flags, RESOURCE -- COMMAND
+// [ARG...], and the flags that only run checks.
+func (rf *runFlags) arguments(rest []string) error {
+	switch {
+	case len(rest) == 0:
+		return &usageError{"no RESOURCE given"}
+	case len(rest) > 1 && rest[1] != "--" && strings.HasPrefix(rest[1], "-"):
+		return &usageError{fmt.Sprintf("flag %s after RESOURCE: flags go before it", rest[1])}
+	case rf.nowait && rf.wait > 0:
+		return &usageError{"-wait and -nowait exclude each other"}
+	case rf.grace < 0:
+		return &usageError{fmt.Sprintf("-grace %v: must not be negative", rf.grace)}
 	}
-	defer s.close()
-	r := &runner{s: s, resource: resource, argv: argv, grace: *grace, stdout: stdout, stderr: stderr}
-	return r.run(ctx, !*nowait, opts)
+	rf.resource, rf.argv = rest[0], rest[1:]
+	if len(rf.argv) > 0 && rf.argv[0] == "--" {
+		rf.argv = rf.argv[1:]
+	}
+	if len(rf.argv) == 0 {
+		return &usageError{"no COMMAND given"}
+	}
+	return nil
 }
 
 // runner is one redlease run.
@@ -147,6 +205,9 @@ type runner struct {
 	s        *session
 	resource string
 	argv     []string
+	kind     leaseKind
+	what     string // the lease, as messages name it after "the": `lease of "r"`
+	wait     time.Duration
 	grace    time.Duration
 	stdout   io.Writer
 	stderr   io.Writer
@@ -155,11 +216,6 @@ type runner struct {
 func (r *runner) say(format string, args ...any) {
 	fmt.Fprintln(r.stderr, "redlease run:", oneRedlease(fmt.Sprintf(format, args...)))
 }
-
-// signalError is the cause of an acquire stopped by a signal.
-type signalError struct{ sig os.Signal }
-
-func (e signalError) Error() string { return "got signal " + e.sig.String() }
 
 func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int {
 	// Signals are caught from here on: while waiting they stop the wait,
@@ -183,6 +239,7 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 	if lease == nil {
 		return code
 	}
+	r.what = r.kind.of(lease, r.resource)
 	// Caught from before the start, so that an early Ctrl-Z waits for
 	// supervise rather than stopping redlease alone. Notify with no signals
 	// would catch them all.
@@ -192,11 +249,8 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		defer signal.Stop(jobSigs)
 	}
 	j, err := startJob(jobSpec{
-		argv: r.argv,
-		env: append(os.Environ(),
-			"REDLEASE_RESOURCE="+r.resource,
-			"REDLEASE_FENCE="+strconv.FormatInt(lease.Fence(), 10),
-			"REDLEASE_OWNER="+lease.Owner()),
+		argv:  r.argv,
+		env:   append(os.Environ(), r.kind.env(lease, r.resource)...),
 		grace: r.grace,
 		first: guardState{mode: modeRun, leaseLeft: max(time.Until(lease.Deadline()), 0)},
 		stdin: os.Stdin, stdout: r.stdout, stderr: r.stderr,
@@ -259,88 +313,22 @@ func (r *runner) conclude(lease *redlease.Lease, lost error, status int) int {
 	relErr := r.release(lease)
 	switch {
 	case lost != nil && status < 0:
-		r.say("the lease of %q ended; the command's exit status is unknown (its guardian was killed)", r.resource)
+		r.say("the %s ended; the command's exit status is unknown (its guardian was killed)", r.what)
 		return exitLost
 	case lost != nil:
-		r.say("the command exited with status %d after the lease of %q ended", status, r.resource)
+		r.say("the command exited with status %d after the %s ended", status, r.what)
 		return exitLost
 	case status < 0:
 		return exitFailed // the guardian was killed, and the command stopped
 	case errors.Is(relErr, redlease.ErrLeaseLost):
-		r.say("the lease of %q was lost before the command ended (it expired or was broken): %v; "+
-			"the command exited with status %d", r.resource, relErr, status)
+		r.say("the %s was lost before the command ended (it expired or was broken): %v; "+
+			"the command exited with status %d", r.what, relErr, status)
 		return exitLost
 	case relErr != nil:
 		r.say("release failed (the lease expires within its TTL): %v", relErr)
 	}
 	r.s.debug("released", "resource", r.resource, "status", status)
 	return status
-}
-
-// acquire takes the lease, or returns nil and the exit code.
-func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal, wait bool, opts []redlease.Option) (*redlease.Lease, int) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := make(chan struct{})
-	watched := make(chan struct{})
-	go func() { // ends when a signal came or the acquire is over
-		defer close(watched)
-		select {
-		case sig := <-sigs:
-			cancel(signalError{sig})
-		case <-stop:
-		}
-	}()
-	var lease *redlease.Lease
-	var err error
-	if wait {
-		lease, err = r.s.locks.Acquire(actx, r.resource, opts...)
-	} else {
-		lease, err = r.s.locks.TryAcquire(actx, r.resource, opts...)
-	}
-	close(stop)
-	<-watched
-
-	var sig signalError
-	if errors.As(context.Cause(actx), &sig) {
-		if lease != nil {
-			_ = r.release(lease)
-		}
-		r.say("%v while waiting for %q", sig, r.resource)
-		return nil, signalStatus(sig.sig)
-	}
-	var busy *redlease.BusyError
-	switch {
-	case err == nil:
-		return lease, exitOK
-	case errors.As(err, &busy):
-		r.say("not acquired: %v", err)
-		return nil, exitBusy
-	case errors.Is(err, context.DeadlineExceeded) && contended(err):
-		r.say("not acquired within -wait: %v", err)
-		return nil, exitBusy
-	}
-	return nil, fail(r.stderr, "run", err)
-}
-
-// contended reports whether an acquire error means only that the lease
-// stayed held until -wait ran out. Acquire rides out an outage while it
-// waits; when the wait runs out during one, the error also carries the last
-// attempt's error ("(last attempt: ...)") or ErrOutcomeUnknown, and that is
-// Redis trouble (69), not contention (75). The last attempt's error can be
-// of any type (Sentinel and Cluster clients return plain errors), so rather
-// than list them, the error tree is walked: it must hold nothing but
-// ErrNotAcquired and the wait's deadline.
-func contended(err error) bool {
-	switch e := err.(type) {
-	case interface{ Unwrap() []error }:
-		return !slices.ContainsFunc(e.Unwrap(), func(e error) bool { return !contended(e) })
-	case interface{ Unwrap() error }:
-		return contended(e.Unwrap())
-	}
-	// Leaves are compared, not matched with errors.Is: a network timeout
-	// matches context.DeadlineExceeded too, and it is an outage.
-	return err == redlease.ErrNotAcquired || err == context.DeadlineExceeded
 }
 
 // leaseGone returns why the lease has ended, or nil while it holds. After

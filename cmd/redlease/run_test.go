@@ -16,8 +16,9 @@ import (
 	"github.com/redlease/redlease"
 )
 
-// run -wait exits 75 only for a lease that stayed held; a wait that ran out
-// while Redis could not be reached, or refused, exits 69.
+// contended tells a -wait that ran out on a lease that stayed held from one
+// that met Redis trouble, which run words otherwise (its exit status is
+// up to Redis answering when asked again: TestWaitThatRunsOut).
 func TestContendedOnlyWhileTheLeaseStayedHeld(t *testing.T) {
 	redis.SetLogger(&quietRedisLogger{})
 	mr := miniredis.RunT(t)

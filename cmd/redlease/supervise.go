@@ -162,7 +162,7 @@ func (s *supervisor) pollGroup() (done bool) {
 
 // giveUpOnGroup: leftovers survived SIGKILL for killWait.
 func (s *supervisor) giveUpOnGroup() (done bool) {
-	s.r.say("processes the command left behind survived SIGKILL for %v; releasing the lease of %q anyway", killWait, s.r.resource)
+	s.r.say("processes the command left behind survived SIGKILL for %v; releasing the %s anyway", killWait, s.r.what)
 	return true
 }
 
@@ -215,11 +215,11 @@ func (s *supervisor) continued() (done bool) {
 func (s *supervisor) leaseEnded(cause error) (done bool) {
 	s.lost = cause
 	if s.leftovers { // they have had SIGTERM already: no more grace
-		s.r.say("lease of %q ended while processes the command left behind ran: %v; sending them SIGKILL", s.r.resource, s.lost)
+		s.r.say("the %s ended while processes the command left behind ran: %v; sending them SIGKILL", s.r.what, s.lost)
 		s.send(os.Kill, "SIGKILL")
 		return true
 	}
-	s.r.say("lease of %q ended while the command ran: %v; sending it %s", s.r.resource, s.lost, terminateName)
+	s.r.say("the %s ended while the command ran: %v; sending it %s", s.r.what, s.lost, terminateName)
 	s.terminateGroup()
 	return false
 }
