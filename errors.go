@@ -3,8 +3,10 @@ package redlease
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redlease/redlease/internal/shared"
 )
@@ -80,17 +82,34 @@ type BusyError struct {
 	// Holder is the holder's description (WithHolder), "" if it has none.
 	Holder string
 
-	first bool // the acquirer is the first live waiter in the queue
-	index int  // of Resource among the resources asked for
+	first bool      // the acquirer is the first live waiter in the queue
+	index int       // of Resource among the resources asked for
+	why   busyCause // what a shared lease waits for
 }
+
+// busyCause says what keeps a shared lease from being taken.
+type busyCause uint8
+
+const (
+	busyHeld    busyCause = iota // the lease (or the write lease) is held
+	busyPermits                  // every permit of a semaphore is held
+	busyReaders                  // a writer waits for the read leases
+	busyWriter                   // a reader waits behind a waiting writer
+)
 
 func (e *BusyError) Error() string {
 	r := quote(e.Resource)
 	by := "another owner"
 	if e.Holder != "" {
-		by += " (" + shared.Cut(e.Holder) + ")"
+		by += " (" + printable(shared.Cut(e.Holder)) + ")"
 	}
 	switch {
+	case e.why == busyPermits:
+		return fmt.Sprintf("redlease: every permit of %s is held; the first lapses in %v unless its holder renews it", r, e.Remaining)
+	case e.why == busyReaders:
+		return fmt.Sprintf("redlease: %s has readers; the last read lease lapses in %v unless renewed", r, e.Remaining)
+	case e.why == busyWriter:
+		return "redlease: " + r + " has a writer waiting, and writers go first"
 	case e.Remaining == 0:
 		return "redlease: " + r + " is busy: its lease is about to expire, or earlier waiters come first (fair lease)"
 	case e.Remaining < 0:
@@ -102,6 +121,16 @@ func (e *BusyError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrNotAcquired) true.
 func (e *BusyError) Unwrap() error { return ErrNotAcquired }
+
+// printable is s with its control characters escaped, so that a holder's
+// description cannot break a message into lines.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
 
 // quote shows a resource name in a message, cut to a bounded length.
 func quote(resource string) string { return shared.Quote(resource) }

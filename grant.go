@@ -166,10 +166,14 @@ func (a *acquisition) decode(r reply) ([]int64, error) {
 	v := r.vals
 	n := len(a.resources)
 	switch {
-	case n == 1 && len(v) == 3: // {pttl, first, holder}
+	case n == 1 && (len(v) == 3 || len(v) == 4): // {pttl, first, holder[, 'readers']}
 		if x, ok := int64s(v[:2]); ok {
 			holder, _ := v[2].(string)
-			return nil, a.busy(0, x[0], x[1] == 1, holder)
+			busy := a.busy(0, x[0], x[1] == 1, holder)
+			if len(v) == 4 {
+				busy.why = busyReaders
+			}
+			return nil, busy
 		}
 	case n > 1 && len(v) == n+1: // {1, fence...}
 		if x, ok := int64s(v); ok && x[0] == 1 {

@@ -163,7 +163,14 @@ func (a *acquisition) decodeShared(r reply) ([]int64, error) {
 		return a.fence[:], nil
 	case len(v) == 4 && x[0] == 0:
 		holder, _ := v[3].(string)
-		return nil, a.busy(0, x[1], x[2] == 1, holder)
+		busy := a.busy(0, x[1], x[2] == 1, holder)
+		switch {
+		case a.kind == kindPermit:
+			busy.why = busyPermits
+		case x[1] == 0: // a reader behind a waiting writer
+			busy.why = busyWriter
+		}
+		return nil, busy
 	}
 	return nil, errorf("acquire script replied %v", v)
 }

@@ -361,3 +361,33 @@ func TestIntegrationSharedLeasesOnCluster(t *testing.T) {
 		require.NoError(t, errors.Join(p.Release(ctx), w.l.Release(ctx)))
 	}
 }
+
+// Busy errors of shared leases say what they wait for; a semaphore in use
+// with another number of permits fails at once, waiting or not.
+func TestSharedBusyErrorsSayWhy(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	c := New(rdb, WithAutoRenew(false))
+	p, err := c.TryAcquireSemaphore(ctx, "s", 1)
+	require.NoError(t, err)
+	_, err = c.TryAcquireSemaphore(ctx, "s", 1)
+	require.ErrorContains(t, err, `every permit of "s" is held`)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = c.AcquireSemaphore(wctx, "s", 2)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Less(t, time.Since(start), 5*time.Second, "final, not waited out")
+
+	r, err := c.TryAcquireRead(ctx, "rw")
+	require.NoError(t, err)
+	_, err = c.TryAcquireWrite(ctx, "rw")
+	require.ErrorContains(t, err, `"rw" has readers`)
+	require.NoError(t, errors.Join(p.Release(ctx), r.Release(ctx)))
+
+	l, err := c.TryAcquire(ctx, "x", WithHolder("web-1\nrm -rf /"))
+	require.NoError(t, err)
+	_, err = c.TryAcquire(ctx, "x")
+	require.NotContains(t, err.Error(), "\n", "a holder's description cannot break the message")
+	require.NoError(t, l.Release(ctx))
+}

@@ -104,8 +104,9 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 		return delay, false
 	}
 	switch class := a.classify(err); {
-	case class == refused:
-		// Redis answered; a refused request is final.
+	case class == refused, errors.Is(err, ErrInvalidArgument):
+		// Redis answered; a refused request is final, and so is a semaphore
+		// in use with another number of permits.
 		a.answered(ctx, w)
 		return 0, true
 	case errors.Is(err, ErrNotAcquired):

@@ -9,7 +9,8 @@
 --
 -- As acquire.lua, on the writer key, and busy while a reader's lease is
 -- unexpired: a waiting writer queues, which stops new readers (see
--- rw_read.lua). Replies as acquire.lua: the fence, or {pttl, first, holder}.
+-- rw_read.lua). Replies as acquire.lua: the fence, or {pttl, first, holder}
+-- ({pttl, first, '', 'readers'} while readers hold it).
 --#queue
 local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
@@ -39,7 +40,9 @@ if cur then
 end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 if last[2] and tonumber(last[2]) > now_ms() then
-  return busy(tonumber(last[2]) - now_ms())
+  local reply = busy(tonumber(last[2]) - now_ms())
+  reply[4] = 'readers'
+  return reply
 end
 if queued or ARGV[4] == '1' then
   local head = first(KEYS[4], KEYS[5])
