@@ -1,54 +1,80 @@
 // Package redlease gives services leases on Redis with fencing tokens: a
-// lease that lets one worker at a time run a job, and a number that lets the
-// protected resource reject a worker that has gone stale.
+// lease lets one worker at a time run a job, and its fencing token lets the
+// protected resource refuse a worker that has gone stale.
 //
 // A lease alone is not safe. A holder can pause (garbage collection, a VM
 // freeze, descheduling) past its TTL, wake up after another holder took over,
-// and write anyway. redlease therefore hands every lease a fencing token that
-// rises with each new holder of a resource (Lease.Fence), and the resource
-// must refuse a write whose token is older than the newest it has accepted,
-// in the same atomic step as the write.
+// and write anyway. So every lease carries a fencing token (Lease.Fence)
+// larger than that of every earlier holder of the resource, and the resource
+// refuses a write whose token is older than the newest it has accepted, in
+// the same atomic step as the write. Package
+// github.com/redlease/redlease/fencing has the guards that do that for SQL
+// databases, data in Redis and HTTP services.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	locks := redlease.New(rdb, redlease.WithTTL(10*time.Second))
+//	defer locks.Close(ctx)
+//
+//	lease, err := locks.Acquire(ctx, "nightly-report") // waits while another owner holds it
+//	if err != nil {
+//		return err
+//	}
+//	defer lease.Release(ctx)
+//	work := lease.Context() // ends when the lease is lost or cannot be renewed in time
+//	// ... do the work under work, passing lease.Fence() with every write
 //
 // # What a lease does
 //
-// Acquire and TryAcquire run one Lua script: create the lease only if it is
-// absent, with a TTL and a random owner token, and increment the resource's
-// fence counter in the same step. Refresh and Release act only while Redis
-// stores our owner token (compare-and-renew, compare-and-delete). With
-// auto-renew on (the default), the Client's watchdog renews every TTL/3.
+// An acquire is one Lua script: it takes the lease only if it is free, with
+// the TTL and a random owner token (Lease.Owner), and draws its fence from a
+// counter in the same step, so no lease exists without a fence. A retry of
+// an acquire whose reply was lost reuses the owner token, and the script
+// returns the same lease and fence. Refresh and Release act only while Redis
+// stores our owner token (compare-and-renew, compare-and-delete), and never
+// recreate a lease. With auto-renew on (the default), the Client's watchdog,
+// one goroutine for all its leases, renews each every TTL/3.
 //
-// Each lease keeps a local deadline on the monotonic clock: the moment the
-// last confirmed acquire or renew request was sent, plus TTL less a clock
-// drift allowance (TTL·DriftFactor) and a safety margin (TTL/10 by default).
-// Lease.Context ends, with context.Cause matching ErrLeaseLost, when Redis
-// says the lease is not ours or when that deadline passes without a confirmed
-// renewal, whichever comes first, so the holder is told to stop before Redis
-// can give the resource to someone else, even when Redis cannot be reached.
-// Release ends it with ErrReleased.
+// Each lease keeps a local deadline on the monotonic clock: the send time of
+// the last confirmed acquire or renew, plus TTL less a drift allowance
+// (TTL·DriftFactor) and a safety margin (TTL/10 by default). Lease.Context
+// ends, with context.Cause matching ErrLeaseLost, when Redis says the lease
+// is not ours or when that deadline passes without a confirmed renewal,
+// whichever comes first: the holder is told to stop before Redis can give
+// the resource to anyone else, even while Redis cannot be reached. Release
+// ends it with ErrReleased, WithMaxHold with ErrMaxHold.
 //
-// # Keys
+// # Waiting, shared leases, elections
 //
-// A resource R uses two keys, both in R's Redis Cluster hash slot:
-// <prefix>{R}:lease (the lease, "<owner>:<fence>", with the TTL) and
-// <prefix>{R}:fence (the counter, without a TTL). The prefix defaults to
-// "redlease:". Plain, Sentinel (failover) and cluster clients all work.
+// Acquire waits without polling: the waiter queues in Redis, and the
+// holder's release wakes the first live waiter through its Client's wake
+// channel, one message to one process; timers with jitter cover lost
+// wake-ups and expiries. Acquire keeps its context's deadline even when
+// Redis is silent, and rides out an outage (EventOutage, EventRecovered).
+// AcquireAll takes several leases, all or none. AcquireSemaphore gives up to
+// N holders a numbered permit each, fenced per permit (fencing.Key);
+// AcquireRead and AcquireWrite give many readers or one writer, writers
+// first. NewElection elects one leader at a time; a term is a lease.
 //
-// # Protecting the resource
+// # What stays in Redis
 //
-// The guards check fences at the resource, in the same atomic step as the
-// write, by one rule: a write is accepted iff its fence is greater than the
-// newest the resource has accepted, or equal to it and presented by the same
-// owner. SQLGuard (a guard table, checked inside the caller's transaction)
-// and RowGuard (a fence column in each row) serve SQL databases; RedisGuard
-// and FencedScript data in Redis; HTTPGuard, with a MemoryFenceStore or a
-// RedisFenceStore, HTTP services. A refusal is a *StaleFenceError. When the
-// fence counter went back, Client.AdvanceFence repairs it.
+// A resource's keys are <prefix>{R}:<kind> (the prefix defaults to
+// "redlease:"), all in R's Redis Cluster hash slot and all with a TTL: they
+// live as long as a lease, a waiter or a release marker does. The fence
+// counters are the only keys without a TTL, and there is one per hash slot,
+// <prefix>{t}:fences, shared by the resources of that slot: of the keys
+// that leases write, at most 16,384 per prefix stay, whatever the number of
+// resources ever leased. So
+// fences may skip (the slot's other resources, and a first attempt that
+// found the lease busy, draw from the same counter); they only rise.
+// Versions before the per-slot counter kept one counter per resource:
+// Client.MigrateFences folds those in. Plain, Sentinel (failover) and
+// cluster go-redis clients all work.
 //
 // # Guarantees
 //
 // On one Redis deployment that loses no data (no failover, no restart
-// without persistence, no eviction or flush of the counter), with clocks
-// that drift apart by less than DriftFactor (ρ):
+// without persistence, no eviction or flush of the counters), with clocks
+// whose rates differ by less than DriftFactor (ρ):
 //
 //   - S1: no two successful acquisitions of a resource get the same fence,
 //     and an acquisition that returned before another began has the smaller.
@@ -67,15 +93,21 @@
 //
 // # What is not promised
 //
-//   - Fences across asynchronous failover: the counter can go back after a
+//   - Fences across asynchronous failover: a counter can go back after a
 //     failover, a restart without persistence, an eviction or a flush, and
-//     two holders can get the same fence. Resources accept an equal fence
-//     only from the same owner; WithReplicaAck narrows the window,
-//     WithFenceSource closes it, AdvanceFence repairs the counter.
+//     two holders can then get the same fence. The guards accept an equal
+//     fence only from the same owner; WithReplicaAck narrows the window,
+//     WithFenceSource closes it, Client.AdvanceFence repairs a counter.
 //   - Exclusion without fencing: a holder that pauses between checking its
 //     context and acting acts late; only the resource's fence check stops it.
 //   - Safety under clock jumps without fencing: a suspended machine, or a
 //     server clock that jumps, expires leases unseen.
-//   - A lost reply leaves an outcome unknown; redlease reports it as such
-//     (ErrOutcomeUnknown) rather than guessing.
+//   - Release is best effort: when Redis cannot be reached, the TTL frees
+//     the resource. A lost reply leaves an outcome unknown, and redlease
+//     reports it as such (ErrOutcomeUnknown) rather than guessing.
+//
+// The module github.com/redlease/redlease/otel records the leases' events
+// as OpenTelemetry metrics and spans; the command
+// github.com/redlease/redlease/cmd/redlease runs a command under a lease
+// and shows and breaks leases from the shell.
 package redlease
