@@ -135,28 +135,9 @@ func printable(s string) string {
 // quote shows a resource name in a message, cut to a bounded length.
 func quote(resource string) string { return shared.Quote(resource) }
 
-// prefix starts every message of this package's errors, once.
-const prefix = "redlease: "
-
-// wrapped is an error made by errorf: its message has one "redlease: ",
-// and it matches what its format wrapped with %w.
-type wrapped struct {
-	msg string
-	err error
-}
-
-func (e *wrapped) Error() string { return e.msg }
-func (e *wrapped) Unwrap() error { return e.err }
-
-// errorf formats as fmt.Errorf does (%w wraps), and then drops the
-// "redlease: " that starts the messages it wrapped, so that a message says
-// it once, at its start: "redlease: lease not acquired: "job": client
-// closed", not "redlease: lease not acquired: "job": redlease: client closed".
-func errorf(format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	msg := strings.ReplaceAll(err.Error(), prefix, "")
-	return &wrapped{msg: prefix + msg, err: err}
-}
+// errorf formats as fmt.Errorf does and says "redlease:" once (see
+// shared.Errorf).
+func errorf(format string, args ...any) error { return shared.Errorf(format, args...) }
 
 func invalidf(format string, args ...any) error {
 	return errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)

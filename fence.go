@@ -29,8 +29,9 @@ type FenceSource interface {
 
 // MaxFence is the largest fence that AdvanceFence and the guards that compare
 // fences in Lua accept: Lua numbers are doubles, which hold every integer up
-// to 2^53 exactly. A counter that starts at 1 and rises by one per
-// acquisition never gets there.
+// to 2^53 exactly. A counter that starts at 1 and rises with each
+// acquisition (and each first attempt that finds a lease busy) of the
+// resources of its hash slot does not get there in practice.
 const MaxFence int64 = 1 << 53
 
 // LastFence returns the value of the fence counter that resource draws

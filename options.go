@@ -179,12 +179,13 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 
 // WithFenceSource draws each lease's fence from src instead of the Redis
 // counter, for fences that must keep rising across a Redis failover or a
-// restart without persistence (a PostgreSQL sequence: SequenceFences). The
+// restart without persistence (a PostgreSQL sequence: fencing.Sequence). The
 // fence is drawn right after the lease is taken and recorded in it while it
 // is still ours, one more round trip to Redis and one to the source; if
 // either fails, the lease is released and the acquire fails. The Redis
-// counter still counts acquisitions. Default: the Redis counter, incremented
-// inside the acquire script.
+// counter still counts acquisitions. It applies to exclusive leases only
+// (Acquire, TryAcquire, AcquireAll): shared leases refuse it. Default: the
+// Redis counter, incremented inside the acquire script.
 func WithFenceSource(src FenceSource) Option { return func(c *config) { c.fences = src } }
 
 func (c *config) apply(opts []Option) {

@@ -46,8 +46,8 @@ func newSharedKeys(prefix, resource string) *sharedKeys {
 // permits must be in 1..MaxPermits. All holders of resource must agree on
 // it: while any permit of resource is held, a call with another number
 // fails with an error matching ErrNotAcquired and ErrInvalidArgument; once
-// none is, the number may change. WithFenceSource and AcquireAll do not
-// apply to semaphores.
+// none is, the number may change. WithFenceSource does not apply to shared
+// leases (semaphores, read and write leases); refused as invalid.
 func (c *Client) AcquireSemaphore(ctx context.Context, resource string, permits int, opts ...Option) (*Lease, error) {
 	return c.acquireShared(ctx, resource, kindPermit, permits, opts, true)
 }

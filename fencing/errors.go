@@ -62,7 +62,7 @@ func (e *StaleFenceError) Unwrap() error { return ErrStaleFence }
 
 // invalidf returns an error matching redlease.ErrInvalidArgument.
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{redlease.ErrInvalidArgument}, args...)...)
+	return shared.Errorf("%w: "+format, append([]any{redlease.ErrInvalidArgument}, args...)...)
 }
 
 // quote quotes a resource name for a message, cut to a bounded length.

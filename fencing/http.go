@@ -33,7 +33,8 @@ const (
 )
 
 // SetHeaders sets the fencing headers of h to l's token: its fence,
-// resource and owner. Set them on every request that writes to the protected
+// resource (Key(l): for a semaphore's permit, the resource and the permit)
+// and owner. Set them on every request that writes to the protected
 // service. A nil l or h sets nothing, and an HTTPGuard refuses such a request.
 // The resource name must be a valid header value (no control characters), as
 // resource names normally are; otherwise the HTTP client refuses to send it.
@@ -42,7 +43,7 @@ func SetHeaders(h http.Header, l *redlease.Lease) {
 		return
 	}
 	h.Set(HeaderFencingToken, strconv.FormatInt(l.Fence(), 10))
-	h.Set(HeaderFencingResource, l.Resource())
+	h.Set(HeaderFencingResource, Key(l)) // a permit is fenced on its own
 	h.Set(HeaderFencingOwner, l.Owner())
 }
 

@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	_ "embed"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -171,7 +170,7 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 		return nil, requestError(resource, err)
 	}
 	if len(res) == 0 {
-		return nil, fmt.Errorf("redlease: fenced write to %s: empty reply", quote(resource))
+		return nil, shared.Errorf("fenced write to %s: empty reply", quote(resource))
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
 		if len(res) < 2 || res[1] == nil {
@@ -180,12 +179,12 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 		return res[1], nil
 	}
 	if len(res) != 3 {
-		return nil, fmt.Errorf("redlease: fenced write to %s: unexpected reply %v", quote(resource), res)
+		return nil, shared.Errorf("fenced write to %s: unexpected reply %v", quote(resource), res)
 	}
 	newestText, _ := res[1].(string)
 	newest, err := strconv.ParseInt(newestText, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("redlease: fenced write to %s refused, newest fence unreadable: %v", quote(resource), res)
+		return nil, shared.Errorf("fenced write to %s refused, newest fence unreadable: %v", quote(resource), res)
 	}
 	newestOwner, _ := res[2].(string)
 	return nil, &StaleFenceError{Resource: resource, Fence: fence, Owner: owner, Newest: newest, NewestOwner: newestOwner}
@@ -289,7 +288,7 @@ func (g *RedisGuard) Forget(ctx context.Context, key string) error {
 		return err
 	}
 	if err := g.rdb.Del(ctx, record).Err(); err != nil {
-		return fmt.Errorf("redlease: forget the fence record of %s: %w", quote(key), err)
+		return shared.Errorf("forget the fence record of %s: %w", quote(key), err)
 	}
 	return nil
 }
@@ -297,7 +296,7 @@ func (g *RedisGuard) Forget(ctx context.Context, key string) error {
 // requestError describes a fenced write whose request failed.
 func requestError(resource string, err error) error {
 	if shared.MayHaveReached(err) {
-		return fmt.Errorf("redlease: fenced write to %s: %w: %w", quote(resource), redlease.ErrOutcomeUnknown, err)
+		return shared.Errorf("fenced write to %s: %w: %w", quote(resource), redlease.ErrOutcomeUnknown, err)
 	}
-	return fmt.Errorf("redlease: fenced write to %s: %w", quote(resource), err)
+	return shared.Errorf("fenced write to %s: %w", quote(resource), err)
 }

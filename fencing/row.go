@@ -95,7 +95,7 @@ func (g *RowGuard) Verify(ctx context.Context, tx SQLTx, res sql.Result, id any,
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("redlease: rows affected: %w", err)
+		return shared.Errorf("rows affected: %w", err)
 	}
 	if n > 0 {
 		return nil
@@ -125,7 +125,7 @@ func (g *RowGuard) Explain(ctx context.Context, tx SQLTx, id any, fence int64, o
 		return fmt.Errorf("%w: %s has no row %v", ErrNoRowMatched, g.table, id)
 	}
 	if err != nil {
-		return fmt.Errorf("redlease: reading the fence of %s %v: %w", g.table, id, err)
+		return shared.Errorf("reading the fence of %s %v: %w", g.table, id, err)
 	}
 	stale := !admits(fence, owner, newest.Int64, newestOwner.String)
 	if g.fenceOnly {

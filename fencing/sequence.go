@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"regexp"
 
 	"github.com/redlease/redlease"
@@ -45,7 +44,7 @@ func NewSequence(db *sql.DB, name string) (*Sequence, error) {
 // Create creates the sequence if it does not exist.
 func (s *Sequence) Create(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, "CREATE SEQUENCE IF NOT EXISTS "+s.name); err != nil {
-		return fmt.Errorf("redlease: create sequence %s: %w", s.name, err)
+		return shared.Errorf("create sequence %s: %w", s.name, err)
 	}
 	return nil
 }
@@ -54,7 +53,7 @@ func (s *Sequence) Create(ctx context.Context) error {
 func (s *Sequence) NextFence(ctx context.Context, _ string) (int64, error) {
 	var n int64
 	if err := s.db.QueryRowContext(ctx, "SELECT nextval($1::regclass)", s.name).Scan(&n); err != nil {
-		return 0, fmt.Errorf("redlease: nextval(%s): %w", s.name, err)
+		return 0, shared.Errorf("nextval(%s): %w", s.name, err)
 	}
 	return n, nil
 }

@@ -142,7 +142,7 @@ func (g *SQLGuard) CreateTable(ctx context.Context, db SQLTx) error {
 		return invalidf("nil SQLGuard or database")
 	}
 	if _, err := db.ExecContext(ctx, g.ddl); err != nil {
-		return fmt.Errorf("redlease: create guard table %s: %w", g.table, err)
+		return shared.Errorf("create guard table %s: %w", g.table, err)
 	}
 	return nil
 }
@@ -179,24 +179,24 @@ func (g *SQLGuard) Check(ctx context.Context, tx SQLTx, resource string, fence i
 	}
 	res, err := tx.ExecContext(ctx, g.upsert, resource, fence, owner)
 	if err != nil {
-		return fmt.Errorf("redlease: guard %s: %w", quote(resource), err)
+		return shared.Errorf("guard %s: %w", quote(resource), err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("redlease: guard %s: %w", quote(resource), err)
+		return shared.Errorf("guard %s: %w", quote(resource), err)
 	}
 	if n == 1 {
 		return nil
 	}
 	if n != 0 {
-		return fmt.Errorf("redlease: guard %s: the upsert affected %d rows, want 0 or 1", quote(resource), n)
+		return shared.Errorf("guard %s: the upsert affected %d rows, want 0 or 1", quote(resource), n)
 	}
 	// Refused: the row exists and the statement locked it, so it reads the
 	// same now as when the upsert compared against it.
 	var newest int64
 	var newestOwner string
 	if err := tx.QueryRowContext(ctx, g.newest, resource).Scan(&newest, &newestOwner); err != nil {
-		return fmt.Errorf("redlease: guard %s refused fence %d, and reading its newest failed: %w", quote(resource), fence, err)
+		return shared.Errorf("guard %s refused fence %d, and reading its newest failed: %w", quote(resource), fence, err)
 	}
 	return &StaleFenceError{Resource: resource, Fence: fence, Owner: owner, Newest: newest, NewestOwner: newestOwner}
 }
@@ -214,7 +214,7 @@ func (g *SQLGuard) Forget(ctx context.Context, tx SQLTx, resource string) error 
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, g.forget, resource); err != nil {
-		return fmt.Errorf("redlease: guard %s: forget: %w", quote(resource), err)
+		return shared.Errorf("guard %s: forget: %w", quote(resource), err)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 
@@ -91,7 +90,7 @@ func (s *MemoryStore) Admit(ctx context.Context, resource string, fence int64, o
 	select {
 	case e.turn <- struct{}{}:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("redlease: waiting for %s: %w", quote(resource), context.Cause(ctx))
+		return nil, shared.Errorf("waiting for %s: %w", quote(resource), context.Cause(ctx))
 	}
 	if !admits(fence, owner, e.newest, e.owner) {
 		err := &StaleFenceError{Resource: resource, Fence: fence, Owner: owner, Newest: e.newest, NewestOwner: e.owner}
@@ -181,7 +180,7 @@ func (s *RedisStore) Forget(ctx context.Context, resource string) error {
 		return invalidf("empty resource name")
 	}
 	if err := s.rdb.Del(ctx, s.record(resource)).Err(); err != nil {
-		return fmt.Errorf("redlease: forget the fence record of %s: %w", quote(resource), err)
+		return shared.Errorf("forget the fence record of %s: %w", quote(resource), err)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 -- rw_read: take a read lease: shared with other readers, never with a
 -- writer. (queue.lua is inserted at the line '--#queue'.)
--- Go: acquisition.attempt in grant.go, rwlease.go.
+-- Go: acquisition.attempt in grant.go, shared_lease.go.
 --
 -- KEYS[1] writer    <prefix>{<resource>}:writer    "<owner>:<fence>[:<holder>]" with a TTL
 -- KEYS[2] readers   <prefix>{<resource>}:readers   ZSET owner -> expiry, server ms

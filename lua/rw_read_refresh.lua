@@ -1,6 +1,6 @@
 -- rw_read_refresh: compare-and-renew of a read lease. (queue.lua is
 -- inserted at '--#queue', for its clock and grow.)
--- Go: Lease.refreshCall in rwlease.go.
+-- Go: Lease.refreshCall in shared_lease.go.
 --
 -- KEYS[1] readers, KEYS[2] readinfo (see rw_read.lua)
 -- ARGV[1] owner token   ARGV[2] TTL in ms

@@ -1,6 +1,6 @@
 -- rw_read_release: compare-and-release of a read lease; the last reader out
 -- wakes the first waiting writer. (queue.lua is inserted at '--#queue'.)
--- Go: Lease.releaseCall in rwlease.go.
+-- Go: Lease.releaseCall in shared_lease.go.
 --
 -- KEYS[1] readers, KEYS[2] queue, KEYS[3] alive (the waiting writers),
 -- KEYS[4] readq (the waiting readers)

@@ -1,6 +1,6 @@
 -- rw_write: take the write lease: exclusive of readers and other writers.
 -- (queue.lua is inserted at the line '--#queue'.)
--- Go: acquisition.attempt in grant.go, rwlease.go.
+-- Go: acquisition.attempt in grant.go, shared_lease.go.
 --
 -- KEYS[1] writer, KEYS[2] readers (see rw_read.lua), KEYS[3] fence,
 -- KEYS[4] queue, KEYS[5] alive (the waiting writers, see queue.lua)

@@ -1,6 +1,6 @@
 -- rw_write_release: compare-and-delete of the write lease; wakes the first
 -- waiting writer, or else every waiting reader. (queue.lua is inserted at
--- '--#queue'.) Go: Lease.releaseCall in rwlease.go.
+-- '--#queue'.) Go: Lease.releaseCall in shared_lease.go.
 --
 -- KEYS[1] writer, KEYS[2] queue, KEYS[3] alive (the waiting writers),
 -- KEYS[4] released  <prefix>{<resource>}:wreleased  the last released write lease

@@ -1,6 +1,6 @@
 -- semaphore: take one of a resource's N permits, and draw its fence.
 -- (queue.lua is inserted at the line '--#queue'.)
--- Go: acquisition.attempt in grant.go, semaphore.go.
+-- Go: acquisition.attempt in grant.go, shared_lease.go.
 --
 -- KEYS[1]  permits  <prefix>{<resource>}:permits  ZSET permit -> its holder's expiry,
 --                   server ms (0: released); permits are '0'..'N-1', each

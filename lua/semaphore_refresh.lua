@@ -1,6 +1,6 @@
 -- semaphore_refresh: compare-and-renew of one permit. (queue.lua is
 -- inserted at '--#queue', for its clock and grow.)
--- Go: Lease.refreshCall in semaphore.go.
+-- Go: Lease.refreshCall in shared_lease.go.
 --
 -- KEYS[1] permits, KEYS[2] holders (see semaphore.lua)
 -- ARGV[1] owner token   ARGV[2] the permit   ARGV[3] TTL in ms

@@ -1,6 +1,6 @@
 -- semaphore_release: compare-and-release of one permit, and wake one
 -- waiter. (queue.lua is inserted at '--#queue'.)
--- Go: Lease.releaseCall in semaphore.go.
+-- Go: Lease.releaseCall in shared_lease.go.
 --
 -- KEYS[1] permits, KEYS[2] holders (see semaphore.lua), KEYS[3] queue, KEYS[4] alive
 -- ARGV[1] owner token   ARGV[2] the permit ('' if the owner does not know

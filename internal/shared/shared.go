@@ -6,9 +6,11 @@ package shared
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -79,4 +81,26 @@ func IsNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// prefix starts every message of redlease's errors, once.
+const prefix = "redlease: "
+
+// wrapped is an error made by Errorf: its message has one "redlease: ",
+// and it matches what its format wrapped with %w.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (e *wrapped) Error() string { return e.msg }
+func (e *wrapped) Unwrap() error { return e.err }
+
+// Errorf formats as fmt.Errorf does (%w wraps), and then drops the
+// "redlease: " that starts the messages it wrapped, so that a message says
+// it once, at its start: "redlease: lease not acquired: "job": client
+// closed", not "redlease: lease not acquired: "job": redlease: client closed".
+func Errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &wrapped{msg: prefix + strings.ReplaceAll(err.Error(), prefix, ""), err: err}
 }
