@@ -28,6 +28,7 @@ import "strings"
 //	<prefix>{R}:readers   the read leases and their expiries
 //	<prefix>{R}:readinfo  the read leases' fences and holders
 //	<prefix>{R}:readq     the waiting readers
+//	<prefix>{R}:readrel   the released read leases, for the time they had left
 //
 // The fence counter is the one key without a TTL, and there is one per
 // Redis Cluster hash slot, not per resource, so that what stays in Redis
@@ -55,6 +56,7 @@ const (
 	kindReaders       = "readers"
 	kindReadInfo      = "readinfo"
 	kindReadQueue     = "readq"
+	kindReadReleased  = "readrel"
 	kindFence         = "fence" // a resource's fence counter, before the per-slot counter
 )
 

@@ -24,15 +24,15 @@ const (
 
 // sharedKeys are the keys of a resource's shared leases (see keys.go).
 type sharedKeys struct {
-	permits, holders                       string // a semaphore
-	writer, readers, readinfo, readq, wrel string // read/write leases
+	permits, holders                                string // a semaphore
+	writer, readers, readinfo, readq, wrel, readrel string // read/write leases
 }
 
 func newSharedKeys(prefix, resource string) *sharedKeys {
 	k := func(kind string) string { return key(prefix, resource, kind) }
 	return &sharedKeys{permits: k(kindPermits), holders: k(kindHolders),
 		writer: k(kindWriter), readers: k(kindReaders), readinfo: k(kindReadInfo), readq: k(kindReadQueue),
-		wrel: k(kindWriteReleased)}
+		wrel: k(kindWriteReleased), readrel: k(kindReadReleased)}
 }
 
 // AcquireSemaphore takes one of the permits permits of resource, waiting as
@@ -199,7 +199,7 @@ func releaseCallOf(kind leaseKind, k *resourceKeys, sk *sharedKeys, owner, membe
 		return call{s: semaphoreReleaseScript, words: []any{nil, nil, 4, &sk.permits, &sk.holders, &k.queue, &k.alive,
 			owner, permit, &k.wake, flag(sharded), member}, kind: intReply}
 	case kindRead:
-		return call{s: readReleaseScript, words: []any{nil, nil, 4, &sk.readers, &k.queue, &k.alive, &sk.readq,
+		return call{s: readReleaseScript, words: []any{nil, nil, 5, &sk.readers, &k.queue, &k.alive, &sk.readq, &sk.readrel,
 			owner, &k.wake, flag(sharded), member}, kind: intReply}
 	case kindWrite:
 		return call{s: writeReleaseScript, words: []any{nil, nil, 5, &sk.writer, &k.queue, &k.alive, &sk.wrel, &sk.readq,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlease/redlease/internal/servertest"
@@ -390,4 +391,43 @@ func TestSharedBusyErrorsSayWhy(t *testing.T) {
 	_, err = c.TryAcquire(ctx, "x")
 	require.NotContains(t, err.Error(), "\n", "a holder's description cannot break the message")
 	require.NoError(t, l.Release(ctx))
+}
+
+// A release whose reply was lost, repeated after the next holder took the
+// lease, is recognised as done, for every kind of lease. (For a permit the
+// record lasted only until the permit was taken again, for a read lease
+// until a later reader's acquire trimmed it: the retry reported
+// ErrLeaseLost. Found by the shared fault scenarios.)
+func TestIntegrationRetriedReleaseAfterTheNextHolderIsRecognised(t *testing.T) {
+	kinds := map[string]func(context.Context, *Client) (*Lease, error){
+		"lease":  func(ctx context.Context, c *Client) (*Lease, error) { return c.TryAcquire(ctx, "r") },
+		"permit": func(ctx context.Context, c *Client) (*Lease, error) { return c.TryAcquireSemaphore(ctx, "r", 1) },
+		"read":   func(ctx context.Context, c *Client) (*Lease, error) { return c.TryAcquireRead(ctx, "r") },
+		"write":  func(ctx context.Context, c *Client) (*Lease, error) { return c.TryAcquireWrite(ctx, "r") },
+	}
+	for name, take := range kinds {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			srv := servertest.Redis(t)
+			proxy := servertest.StartProxy(t, srv.Addr)
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			lossy, other := New(rdb, WithAutoRenew(false)), New(srv.Client(t), WithAutoRenew(false))
+			defer lossy.Close(ctx)
+			defer other.Close(ctx)
+			warmUp, err := take(ctx, other) // the scripts in the server's cache
+			require.NoError(t, err)
+			require.NoError(t, warmUp.Release(ctx))
+
+			a, err := take(ctx, lossy)
+			require.NoError(t, err)
+			require.NoError(t, rdb.Ping(ctx).Err())
+			proxy.DropReplies(1)
+			require.ErrorIs(t, a.Release(ctx), ErrOutcomeUnknown, "the release ran, its reply was lost")
+			b, err := take(ctx, other)
+			require.NoError(t, err)
+			require.NoError(t, a.Release(ctx), "asked again, the release that happened is recognised")
+			require.NoError(t, b.Release(ctx))
+		})
+	}
 }

@@ -4,7 +4,7 @@
 --
 -- KEYS[1] writer    <prefix>{<resource>}:writer    "<owner>:<fence>[:<holder>]" with a TTL
 -- KEYS[2] readers   <prefix>{<resource>}:readers   ZSET owner -> expiry, server ms
---                   (0: released; kept until trimmed, for a retried release)
+--                   (a lapsed reader is kept until trimmed)
 -- KEYS[3] readinfo  <prefix>{<resource>}:readinfo  HASH owner -> "<fence>[:<holder>]"
 -- KEYS[4] fence     <prefix>{<t>}:fences
 -- KEYS[5] queue, KEYS[6] alive: the waiting writers (see queue.lua)
@@ -15,8 +15,8 @@
 --
 -- Writers first: a reader is refused while a writer holds the lease or a
 -- live writer waits for it, so a stream of readers cannot starve a writer.
--- Each taking trims at most two readers that released or lapsed, so the
--- work does not grow with them. Returns {1, fence} when the owner holds a
+-- Each taking trims at most two readers that lapsed, so the work does not
+-- grow with them (a released reader leaves at once: see rw_read_release.lua). Returns {1, fence} when the owner holds a
 -- read lease (newly, or from an attempt whose reply was lost), or
 -- {0, pttl, first, holder}: pttl the writer's time left (0 while a writer
 -- waits), first 1 when the reader should wake at pttl, holder the writer's

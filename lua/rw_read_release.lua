@@ -3,19 +3,26 @@
 -- Go: Lease.releaseCall in shared_lease.go.
 --
 -- KEYS[1] readers, KEYS[2] queue, KEYS[3] alive (the waiting writers),
--- KEYS[4] readq (the waiting readers)
+-- KEYS[4] readq (the waiting readers),
+-- KEYS[5] readrel  <prefix>{<resource>}:readrel  ZSET owner -> the expiry its
+--                  read lease had when released: recognises a retried
+--                  release for the time the lease had left
 -- ARGV[1] owner token   ARGV[2] wake channel   ARGV[3] '1' on Cluster
 -- ARGV[4] the owner's reader-queue member if it may be waiting, else ''
 --
 -- Returns 1 if our read lease was released (now, or by an earlier call whose
--- reply was lost: its expiry is then 0), else 0.
+-- reply was lost), else 0.
 --#queue
+local now = now_ms()
 local exp = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 local released = 0
-if exp and exp > now_ms() then
-  redis.call('ZADD', KEYS[1], 'XX', 0, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+if exp and exp > now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('ZADD', KEYS[5], exp, ARGV[1])
+  grow(KEYS[5], exp - now)
   released = 1
-elseif exp == 0 then
+elseif redis.call('ZSCORE', KEYS[5], ARGV[1]) then
   released = 2
 end
 if ARGV[4] ~= '' then

@@ -6,7 +6,8 @@
 --                   server ms (0: released); permits are '0'..'N-1', each
 --                   added when first used
 -- KEYS[2]  holders  <prefix>{<resource>}:holders  HASH permit -> "<owner>:<fence>[:<holder>]",
---                   'o:'<owner> -> its permit, 'n' -> N
+--                   'o:'<owner> -> its permit, 'r:'<permit> -> its last released
+--                   holder (see semaphore_release.lua), 'n' -> N
 -- KEYS[3]  fence    <prefix>{<t>}:fences  the counter of the resource's hash slot
 -- KEYS[4]  queue, KEYS[5] alive: the waiters (see queue.lua)
 -- ARGV[1]  owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not queue)

@@ -9,9 +9,10 @@
 -- ARGV[5] the owner's queue member if it may be queued, else ''
 --
 -- Releases the permit only while it is ours and unexpired: its expiry
--- becomes 0, so it is the next one taken; its holder record stays until
--- then, so that a retried release is recognised. A release of one permit
--- wakes one waiter. Returns 1 if our permit was released (now or by an
+-- becomes 0, so it is the next one taken, and 'r:'<permit> in the holders
+-- hash keeps the released holder until the permit's next release, so that
+-- a retried release is recognised even after the permit was taken again.
+-- A release of one permit wakes one waiter. Returns 1 if our permit was released (now or by an
 -- earlier call whose reply was lost), else 0.
 --#queue
 local mine, p = ARGV[1] .. ':', ARGV[2]
@@ -26,8 +27,13 @@ if p ~= '' then
     if exp > now_ms() then
       redis.call('ZADD', KEYS[1], 'XX', 0, p)
       redis.call('HDEL', KEYS[2], 'o:' .. ARGV[1])
+      redis.call('HSET', KEYS[2], 'r:' .. p, v)
       released = 1
-    elseif exp == 0 then
+    end
+  end
+  if released == 0 then
+    local last = redis.call('HGET', KEYS[2], 'r:' .. p)
+    if last and string.sub(last, 1, #mine) == mine then
       released = 2 -- an earlier call released it
     end
   end
