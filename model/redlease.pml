@@ -1,0 +1,837 @@
+/*
+ * redlease.pml -- a SPIN model of redlease's lease protocol (issue 16).
+ *
+ * docs/MODEL.md says what it proves, what it abstracts away and how to read
+ * a trail; model/check.sh runs every configuration, mutant and witness.
+ * Every action names, in an "abstracts:" comment, the Lua script or Go
+ * function it stands for; those places name this file back.
+ *
+ * Compile-time switches (check.sh passes them to spin -a):
+ *   CHK_<P>        check property P: S1 S1R S2 S3 S4 S5 LX HELD RORDER REXCL
+ *   FAULTS         a restart without persistence and a failover that loses
+ *                  the last INCR (RESTARTS, FAILOVERS: how many; 1 each),
+ *                  and AdvanceFence after a refused write
+ *   INCR_FIRST     variant: acquire.lua INCRs before it looks at the lease
+ *   INCR_MIX       either script version, chosen per call (a rolling deploy;
+ *                  contains both the default and INCR_FIRST)
+ *   DUPS=n         go-redis may send n requests twice (default 0)
+ *   ATTEMPTS=n     acquire attempts of client 0 (default 2; client 1: 1)
+ *   RENEWS=n       renewals of client 0's lease (default 1; client 1: 0)
+ *   OTHER=n        acquisitions of R1 by the third client (default 1)
+ *   M_<mutation>   a deliberately broken protocol (see check.sh -mutants)
+ *   WITNESS=n      stop at reachable situation n: a test of the model itself
+ *
+ * Every assertion names its property (CHECK below); check.sh reads the name
+ * from the failed assertion of a replayed trail.
+ * printf lines starting with "@@" only run when a trail is replayed
+ * (spin -t); model/trail.sh turns them into a timeline.
+ */
+
+/* ------------------------------------------------------------------ sizes */
+
+#define NC    2          /* clients 0 and 1, who contend for R0 */
+#define NR    2          /* R0, and R1 in the same hash slot: one fence counter (issue 14) */
+#define R0    0
+#define R1    1
+#ifndef T
+#define T     3          /* the lease TTL, in ticks */
+#endif
+#define D     1          /* drift allowance TTL*rho, in ticks (DriftFactor) */
+#define MG    1          /* safety margin, in ticks (WithSafetyMargin) */
+#ifdef M_NO_DRIFT
+#define LIFE  (T - MG)       /* mutant: the lifetime ignores the clock-rate error */
+#else
+#define LIFE  (T - D - MG)   /* config.lifetime(): TTL - TTL*DriftFactor - margin */
+#endif
+#define LATE  (LIFE + D)     /* the latest real time after the send at which the local
+                                deadline can fire: the client's clock may run slow */
+#define EARLY (2 * D)        /* it may fire up to 2*D ticks before that (clock fast) */
+#ifndef MAXF
+#define MAXF  4          /* the counter's bound: beyond it, acquires are lost (bounded) */
+#endif
+#ifndef DUPS
+#define DUPS  0
+#endif
+#ifndef ATTEMPTS
+#define ATTEMPTS 2
+#endif
+#ifndef ATTEMPTS1
+#define ATTEMPTS1 1
+#endif
+#ifndef RENEWS
+#define RENEWS 1
+#endif
+#ifndef RENEWS1
+#define RENEWS1 0
+#endif
+#ifndef OTHER
+#define OTHER 1
+#endif
+#ifndef WITNESS
+#define WITNESS 0
+#endif
+#define ATTEMPTS_OF(c) ((c) == 0 -> ATTEMPTS : ATTEMPTS1)
+#define RENEWS_OF(c) ((c) == 0 -> RENEWS : RENEWS1)
+#define OWN(c)  ((c) + 1)    /* the owner token of client c's acquisition; 3: R1's holder */
+#define PEER(c) (1 - (c))
+#define BIT(n)  (1 << (n))
+
+/* lease states (leaseState in lock.go); ACQ and DONE are the client's */
+#define IDLE      0
+#define ACQ       1      /* the acquire call is under way */
+#define ACTIVE    2      /* stateActive: the lease context is live */
+#define LOST      3      /* stateLost: Redis said the lease is not ours */
+#define LAPSED    4      /* stateLapsed: the local deadline passed */
+#define RELEASED  5      /* stateReleased */
+#define DISCARDED 6      /* stateDiscarded: never handed out */
+#define DONE      7      /* the client has finished */
+
+/* requests */
+#define KACQ   1         /* acquire.lua */
+#define KREL   2         /* release.lua, from Lease.Release */
+#define KADV   3         /* advance.lua, from Client.AdvanceFence */
+#define KINCR  4         /* mutant M_INCR_OUTSIDE: a plain INCR after the SET NX */
+#define KLEAVE 5         /* release.lua, from acquisition.leave (nobody waits for it) */
+#define EMPTY   0
+#define SENT    1        /* go-redis will send it (again): it runs later (Net) */
+#define REPLY   2        /* it ran; the reply is on its way back */
+#define GONE    3        /* the request or its reply was lost: the call fails */
+#define PENDING 4        /* a renewal checked and timed, not yet written out */
+#define CHECKED 5        /* mutant M_SENT_AFTER_CHECK: checked, not yet timed */
+
+/* ------------------------------------------------------------- the clients */
+
+byte st[NC];             /* lease state */
+byte fen[NC];            /* Lease.fence */
+byte dl[NC];             /* ticks left until the latest firing of the local deadline */
+byte acqAge[NC];         /* ticks since the awaited acquire attempt was sent */
+byte renAge[NC];         /* ticks since the renewal in flight was sent ('sent') */
+byte tries[NC];          /* attempts made (ATTEMPTS) */
+byte renews[NC];         /* renewals made (RENEWS) */
+bool unk[NC];            /* an attempt's outcome is unknown (waitFor's 'unknown') */
+byte refused[NC];        /* FAULTS: a refusal's Newest, for AdvanceFence */
+
+/* client c's call in flight (an acquire attempt, a release, AdvanceFence) */
+byte mk[NC];             /* its request */
+byte ms[NC];             /* its state */
+byte ma[NC];             /* its argument: AdvanceFence's atLeast; KINCR's grant (ghost) */
+byte mv[NC];             /* the reply: a fence, or 0 (busy); release: 1 or 0 */
+byte mg[NC];             /* ghost: the grant the reply is about */
+/* ... and the renewal in flight */
+byte rs[NC];
+byte rv[NC];             /* its reply: 1 or 0 */
+byte dups = DUPS;
+
+/* ghosts: read by the properties only */
+byte gen[NC];            /* the grant (count of leases Redis created for R0) of c's lease */
+byte since[NC];          /* ticks since the send of the last confirmed acquire or renew */
+byte began[NC];          /* the peer's fence if it was handed out before c began, else 0 */
+bool delown[NC];         /* a Release of c's deleted c's own lease (for its verdict) */
+
+/* ------------------------------------------------------------------ Redis */
+
+byte kttl[NR];           /* <prefix>{R}:lease is present iff kttl > 0 (its PX, in ticks) */
+byte kown[NR];           /*   its owner */
+byte kfen[NR];           /*   its fence */
+byte kgen[NR];           /*   ghost: the grant it is */
+byte xown[NR];           /* <prefix>{R}:released, the release marker: the owner of the
+                            lease it keeps, or 0 */
+byte ctr;                /* the slot's fence counter, shared by R0 and R1 */
+byte grants[NR];         /* ghost: leases Redis created for R */
+byte hifen[NR];          /* ghost: the highest fence drawn for a lease of R */
+byte fgen[NR];           /* ghost: the latest grant of R that drew its fence */
+byte restarts, failovers;
+byte lastincr;           /* FAULTS: R+1 if the last write was an acquire that INCRed for R */
+bool lastset;            /*   and it SET the lease too */
+
+/* ---------------------------------------------------------- the resource */
+
+byte gnew;               /* the guard's record for R0's data: newest fence accepted */
+byte gown;               /*   and its owner */
+byte wgen;               /* ghost: the grant of the last accepted write */
+byte wlast;              /* ghost: the owner of the last accepted write */
+byte closed;             /* ghost: owners whose writes another owner's accepted write followed */
+
+hidden byte hv, hg, hi, hf;   /* temporaries within one atomic step; not state */
+
+/* A ghost is updated only when a checked property reads it: unread ghosts
+ * would tell apart states that are the same. */
+#if defined(CHK_RORDER) || defined(CHK_S1R)
+#define GEN_(x) x
+#else
+#define GEN_(x) skip
+#endif
+#ifdef CHK_S1
+#define S1_(x) x
+#else
+#define S1_(x) skip
+#endif
+#ifdef CHK_S1R
+#define S1R_(x) x
+#else
+#define S1R_(x) skip
+#endif
+#ifdef CHK_S2
+#define S2_(x) x
+#else
+#define S2_(x) skip
+#endif
+#ifdef CHK_S3
+#define S3_(x) x
+#else
+#define S3_(x) skip
+#endif
+#ifdef CHK_REXCL
+#define REX_(x) x
+#else
+#define REX_(x) skip
+#endif
+#ifdef FAULTS
+#define F_(x) x
+#else
+#define F_(x) skip
+#endif
+
+#define EV printf   /* an event of the timeline (runs in replays only) */
+
+/* Every assertion names its property: CHECK(P_x, cond) asserts cond, and a
+ * replayed trail prints the name in the failed assertion's text ("tag" is
+ * never equal to a property, so the assertion is just cond). */
+mtype = { P_S1, P_S1R, P_S2, P_S3, P_S4, P_S5, P_LX, P_HELD, P_RORDER, P_REXCL,
+          P_W1, P_W2, P_W3, P_W4, P_W5, P_W6, P_W7, P_W8, P_W9, P_W10, P_W11 };
+hidden mtype tag;
+#define CHECK(p, cond) assert((cond) || tag == p)
+#define WIT(n) CHECK(P_W##n, WITNESS != n)   /* a witness: the search stops there */
+
+/* ------------------------------------------------------------- properties */
+
+/* S1: two acquisitions of R0 that were handed out have different fences,
+ * and one that returned before the other began has the smaller one. */
+#ifdef CHK_S1
+#define S1_HANDOUT(c) CHECK(P_S1, fen[c] != fen[PEER(c)] && fen[c] > began[c])
+#else
+#define S1_HANDOUT(c) skip
+#endif
+/* S1R, S1 at Redis (issue 14's wording): every lease Redis creates for R
+ * has, from its creation, a fence above those of all earlier leases of R:
+ * fences are drawn in the order in which the leases were created. */
+#ifdef CHK_S1R
+#define S1R_DRAW(r, f, g) CHECK(P_S1R, (f) > hifen[r] && (g) >= fgen[r])
+#else
+#define S1R_DRAW(r, f, g) skip
+#endif
+/* S2: renew and release change a lease only while it holds their owner
+ * token, and Release reports nil only if a release of its own deleted it. */
+#ifdef CHK_S2
+#define S2_MUTATE(r, o) CHECK(P_S2, kttl[r] > 0 && kown[r] == (o))
+#define S2_VERDICT(c, ok) CHECK(P_S2, !(ok) || delown[c])
+#else
+#define S2_MUTATE(r, o) skip
+#define S2_VERDICT(c, ok) skip
+#endif
+/* S4: a renewal's send time ('sent') is one at which its lease was live. */
+#ifdef CHK_S4
+#define S4_SEND(c) CHECK(P_S4, st[c] == ACTIVE)
+#else
+#define S4_SEND(c) skip
+#endif
+/* S5: the guard accepts iff f > newest, or f == newest from newest's owner. */
+#ifdef CHK_S5
+#define S5_ACCEPT(f, o) CHECK(P_S5, gnew == 0 || (f) > gnew || ((f) == gnew && (o) == gown))
+#else
+#define S5_ACCEPT(f, o) skip
+#endif
+/* RORDER: an accepted write never comes from an earlier holder (in Redis's
+ * order of grants) than an accepted write before it: a stale holder's write
+ * after a newer holder's accepted write is refused. */
+#ifdef CHK_RORDER
+#define RORDER_ACCEPT(g) CHECK(P_RORDER, (g) >= wgen)
+#else
+#define RORDER_ACCEPT(g) skip
+#endif
+/* REXCL: once another owner's write was accepted after owner o's, no write
+ * of o is accepted again: each owner's accepted writes are one block. */
+#ifdef CHK_REXCL
+#define REXCL_ACCEPT(o) CHECK(P_REXCL, !(closed & BIT(o)))
+#else
+#define REXCL_ACCEPT(o) skip
+#endif
+
+#define LIVE(c) (st[c] == ACTIVE)
+#define LX_OK   (!(LIVE(0) && LIVE(1)))
+#define HELD(c) (!LIVE(c) || (kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c]))
+#define S3B(c)  (!LIVE(c) || since[c] <= LATE)
+
+/* The invariants, checked in every state. */
+active proctype Monitor() {
+end:
+  do
+  :: false
+#ifdef CHK_LX
+  /* LX, exclusion at the lease: never two live lease contexts for R0 */
+  :: atomic { !LX_OK -> CHECK(P_LX, LX_OK) }
+#endif
+#ifdef CHK_HELD
+  /* HELD: a live lease context is backed by its lease in Redis, same fence */
+  :: atomic { !(HELD(0) && HELD(1)) -> CHECK(P_HELD, HELD(0) && HELD(1)) }
+#endif
+#ifdef CHK_S3
+  /* S3: a live context is at most LATE ticks past the send of its last
+   * confirmed acquire or renew: TTL(1-rho) - margin on the client's clock */
+  :: atomic { !(S3B(0) && S3B(1)) -> CHECK(P_S3, S3B(0) && S3B(1)) }
+#endif
+  od
+}
+
+/* ------------------------------------------------------------ abstract time */
+
+#define NOTDUE(c) (st[c] != ACTIVE || dl[c] > 0)
+
+/* abstracts: the passage of time. One tick for everyone: Redis expires the
+ * lease (PX), the clients' monotonic clocks move on. A tick cannot pass a
+ * live lease context whose deadline timer must fire now (Lease.onDeadline
+ * is a timer, whatever the client's goroutines do; its latency is what the
+ * margin is for). Any other step of a client -- between checking its
+ * context and writing, between sending and handling a reply, before a
+ * Release -- may wait any number of ticks: that is the process pause. */
+active proctype Tick() {
+end:
+  do
+  :: d_step {
+       NOTDUE(0) && NOTDUE(1) ->
+       EV("@@ tick\n");
+       if
+       :: kttl[R0] > 0 -> kttl[R0]--;
+          if
+          :: kttl[R0] == 0 -> EV("@@ Redis: the lease of owner %d on R0 expires\n", kown[R0]);
+             kown[R0] = 0; kfen[R0] = 0; GEN_(kgen[R0] = 0)
+          :: else -> skip
+          fi
+       :: else -> skip
+       fi;
+       hi = 0;
+       do
+       :: hi < NC ->
+          if
+          :: st[hi] == ACTIVE -> dl[hi]--;
+             S3_(if :: since[hi] <= LATE -> since[hi]++ :: else -> skip fi)
+          :: else -> skip
+          fi;
+          if
+          :: st[hi] == ACQ && ms[hi] != EMPTY && acqAge[hi] < LATE -> acqAge[hi]++
+          :: else -> skip
+          fi;
+          if
+          :: rs[hi] != EMPTY && renAge[hi] < LATE -> renAge[hi]++
+          :: else -> skip
+          fi;
+          hi++
+       :: else -> break
+       od;
+       hi = 0
+     }
+  /* the release marker's TTL (what the lease had left) runs out: the model
+   * allows any moment, which gives more behaviours, not fewer */
+  :: atomic { xown[R0] != 0 -> EV("@@ Redis: the release marker of owner %d expires\n", xown[R0]); xown[R0] = 0 }
+  od
+}
+
+/* ---------------------------------------------------------- Redis scripts */
+
+/* FAULTS: an acquire that INCRed can be lost by a failover as long as it is
+ * the last write; any later write means that it was replicated. */
+#define WROTE F_(lastincr = 0; lastset = 0)
+#define INCRED(r, set) F_(lastincr = (r) + 1; lastset = set)
+
+/* abstracts: acquire.lua (the lease and the fence; the queue and the
+ * wake-up only delay a grant and are left out); acquire_all.lua, per key.
+ * Sets hv, the reply (a fence, or 0: busy), and hg, the grant (ghost). */
+inline acquire_lua(o, r) {
+#if defined(INCR_FIRST)
+  ctr++; INCRED(r, 0); hf = 1;       /* variant: INCR before looking */
+#elif defined(INCR_MIX)
+  if                                 /* either version, per call */
+  :: ctr < MAXF -> ctr++; INCRED(r, 0); hf = 1
+  :: hf = 0
+  fi;
+#endif
+  if
+  :: kttl[r] > 0 && kown[r] == (o) ->
+     /* ours already: an earlier attempt whose reply was lost; PEXPIRE, and
+      * the same fence */
+     WIT(1);
+     kttl[r] = T; hv = kfen[r]; GEN_(hg = kgen[r]); WROTE;
+     EV("@@ R%d acquire.lua by owner %d: already ours, PEXPIRE, same fence %d\n", r, o, hv)
+#ifdef M_INCR_OUTSIDE
+     ; hv = 1
+#endif
+  :: kttl[r] == 0 ->
+     /* free: take() -- INCR the slot's counter and SET the lease, one step */
+     kown[r] = o; kttl[r] = T;
+     GEN_(grants[r]++; kgen[r] = grants[r]; hg = grants[r]);
+#ifdef M_INCR_OUTSIDE
+     kfen[r] = 0; hv = 1; WROTE;     /* mutant: SET NX only; the client INCRs next */
+     EV("@@ R%d SET NX by owner %d: the lease is taken (no fence yet)\n", r, o)
+#else
+     if :: hf == 0 -> ctr++ :: else -> skip fi;
+     EV("@@ R%d acquire.lua by owner %d: free, INCR -> fence %d, lease SET (PX %d)\n", r, o, ctr, T);
+     S1R_DRAW(r, ctr, grants[r]);
+     S1R_(hifen[r] = ctr); GEN_(fgen[r] = grants[r]); kfen[r] = ctr; hv = ctr;
+     INCRED(r, 1)
+#endif
+  :: else -> hv = 0;                 /* held by another owner: busy */
+     EV("@@ R%d acquire.lua by owner %d: busy (held by owner %d)\n", r, o, kown[r])
+  fi;
+  hf = 0
+}
+
+#ifdef M_INCR_OUTSIDE
+/* mutant: a plain INCR of the counter, which the client sends after its
+ * SET NX succeeded; g is the grant it is for (ghost) */
+inline incr(r, g) {
+  ctr++;
+  EV("@@ R%d INCR for grant %d -> fence %d\n", r, g, ctr);
+  S1R_DRAW(r, ctr, g);
+  S1R_(hifen[r] = ctr); GEN_(fgen[r] = g); hv = ctr; hg = g; INCRED(r, 0)
+}
+#endif
+
+/* abstracts: refresh.lua (compare-and-renew) */
+inline refresh_lua(c) {
+  if
+  :: kttl[R0] > 0 && kown[R0] == OWN(c) ->
+     S2_MUTATE(R0, OWN(c));
+     if :: st[c] != ACTIVE -> WIT(11) :: else -> skip fi;   /* renews a lease whose context ended */
+     kttl[R0] = T; hv = 1; WROTE;
+     EV("@@ R0 refresh.lua by owner %d: ours, PEXPIRE %d\n", OWN(c), T)
+  :: else -> hv = 0;
+     EV("@@ R0 refresh.lua by owner %d: not ours -> 0\n", OWN(c))
+  fi
+}
+
+/* abstracts: release.lua (compare-and-delete, by RENAME to the released
+ * key, which answers a retried release; the queue and wake-up left out) */
+inline release_lua(c) {
+#ifdef M_PLAIN_DEL
+  /* mutant: DEL <prefix>{R}:lease, whoever holds it */
+  if
+  :: kttl[R0] > 0 ->
+     EV("@@ R0 DEL by owner %d: deletes the lease of owner %d\n", OWN(c), kown[R0]);
+     S2_MUTATE(R0, OWN(c));
+     S2_(if :: kown[R0] == OWN(c) && mk[c] == KREL -> delown[c] = 1 :: else -> skip fi);
+     kttl[R0] = 0; kown[R0] = 0; kfen[R0] = 0; GEN_(kgen[R0] = 0); hv = 1; WROTE
+  :: else -> hv = 0; EV("@@ R0 DEL by owner %d: no lease\n", OWN(c))
+  fi
+#else
+  if
+  :: kttl[R0] > 0 && kown[R0] == OWN(c) ->
+     S2_MUTATE(R0, OWN(c));
+     S2_(if :: mk[c] == KREL -> delown[c] = 1 :: else -> skip fi);
+     xown[R0] = kown[R0];                        /* RENAME lease -> released */
+     kttl[R0] = 0; kown[R0] = 0; kfen[R0] = 0; GEN_(kgen[R0] = 0); hv = 1; WROTE;
+     EV("@@ R0 release.lua by owner %d: ours, RENAME to the released key -> 1\n", OWN(c))
+  :: else ->
+     if
+     :: xown[R0] == OWN(c) -> hv = 1;            /* an earlier release of ours did it */
+        WIT(3);
+        EV("@@ R0 release.lua by owner %d: gone, but the released key is ours -> 1\n", OWN(c))
+     :: else -> hv = 0;
+        EV("@@ R0 release.lua by owner %d: not ours -> 0\n", OWN(c))
+     fi
+  fi
+#endif
+}
+
+/* abstracts: advance.lua (the slot's counter to at least a, never back) */
+inline advance_lua(a) {
+  if
+  :: ctr < a -> ctr = a; WIT(9)
+  :: else -> skip
+  fi;
+  WROTE;
+  EV("@@ advance.lua to at least %d: the counter is %d\n", a, ctr)
+}
+
+#ifdef INCR_FIRST
+#define ACQ_CAN(r) (ctr < MAXF)
+#else
+#define ACQ_CAN(r) (kttl[r] > 0 || ctr < MAXF)
+#endif
+/* Redis can run client c's request within the counter's bound */
+#define CAN_EXEC(c) ((mk[c] != KACQ || ACQ_CAN(R0)) && (mk[c] != KINCR || ctr < MAXF))
+/* someone waits for its reply (not for leave's release or AdvanceFence) */
+#define AWAITED(c) (mk[c] != KLEAVE && mk[c] != KADV)
+
+/* Redis runs client c's request mk[c], as one script. */
+inline run_req(c) {
+  if
+  :: mk[c] == KACQ -> acquire_lua(OWN(c), R0)
+  :: mk[c] == KREL || mk[c] == KLEAVE -> release_lua(c)
+#ifdef FAULTS
+  :: mk[c] == KADV -> advance_lua(ma[c])
+#endif
+#ifdef M_INCR_OUTSIDE
+  :: mk[c] == KINCR -> incr(R0, ma[c])
+#endif
+  fi
+}
+
+/* ... and its reply comes back (REPLY: read when the caller gets to it),
+ * is lost (GONE: the call ends with a request error, the outcome unknown),
+ * or go-redis sends the request again after a connection reset (SENT: it
+ * runs once more, later, in Net; at most DUPS times in a run). */
+inline reply(c) {
+  if
+  :: AWAITED(c) -> ms[c] = REPLY; mv[c] = hv; GEN_(mg[c] = hg)
+  :: AWAITED(c) -> ms[c] = GONE; EV("@@ c%d: the reply is lost\n", c)
+  :: !AWAITED(c) -> ms[c] = EMPTY; mk[c] = 0; ma[c] = 0
+  :: dups > 0 -> dups--; ms[c] = SENT; EV("@@ c%d: the connection resets; go-redis will resend\n", c)
+  fi;
+  hv = 0; hg = 0
+}
+
+/* A request runs in Redis when it is sent, or is lost on the way. (Its
+ * delay on the way is folded into the time before the send, which is
+ * arbitrary: the deadline counts from the send, and a later run only gives
+ * the lease more time in Redis. docs/MODEL.md, "What it abstracts".) */
+inline send(c) {
+  if
+  :: CAN_EXEC(c) -> run_req(c); reply(c)
+  :: AWAITED(c) -> ms[c] = GONE; EV("@@ c%d: the request is lost\n", c)
+  :: !AWAITED(c) -> ms[c] = EMPTY; mk[c] = 0; ma[c] = 0
+  fi
+}
+
+/* abstracts: go-redis's retry (cmd retries after a bad connection): the
+ * second run of a request. Only started when DUPS > 0. */
+proctype Net(byte c) {
+end:
+  do
+  :: atomic { ms[c] == SENT -> send(c) }
+  :: atomic { rs[c] == SENT ->
+       refresh_lua(c);
+       if
+       :: rs[c] = REPLY; rv[c] = hv
+       :: rs[c] = EMPTY; renAge[c] = 0
+       fi;
+       hv = 0 }
+  od
+}
+
+/* abstracts: acquire.lua on R1, the other resource of the slot, by a third
+ * client (owner 3) that the model does not follow further: it holds R1 to
+ * the end (renewed, so Tick does not age it) and nothing reads R1's lease.
+ * What matters is that it draws from the counter R0 shares. */
+active proctype Other() {
+  byte n = OTHER;
+end:
+  do
+  :: atomic { n > 0 && ACQ_CAN(R1) -> n--; acquire_lua(3, R1); hv = 0; hg = 0 }
+  od
+}
+
+#ifdef FAULTS
+#ifndef RESTARTS
+#define RESTARTS 1
+#endif
+#ifndef FAILOVERS
+#define FAILOVERS 1
+#endif
+/* abstracts: the faults of the README's "Repairing the fence counter" and
+ * "Keeping fences across failover": operations, not code. */
+active proctype Faults() {
+  restarts = RESTARTS; failovers = FAILOVERS;
+end:
+  do
+  :: atomic { restarts > 0 ->
+       /* a restart without persistence: every key of the slot is gone */
+       restarts--;
+       kttl[R0] = 0; kown[R0] = 0; kfen[R0] = 0; GEN_(kgen[R0] = 0); xown[R0] = 0;
+       kttl[R1] = 0; kown[R1] = 0; kfen[R1] = 0; GEN_(kgen[R1] = 0); xown[R1] = 0;
+       ctr = 0; WROTE;
+       EV("@@ Redis restarts without persistence: every key gone, the counter 0\n") }
+  :: atomic { failovers > 0 && lastincr > 0 ->
+       /* a failover to a replica that missed the last write: an acquire
+        * script that INCRed (and its SET, if it took the lease) */
+       failovers--; ctr--;
+       if
+       :: lastset -> hi = lastincr - 1;
+          kttl[hi] = 0; kown[hi] = 0; kfen[hi] = 0; GEN_(kgen[hi] = 0); hi = 0
+       :: else -> skip
+       fi;
+       WROTE;
+       EV("@@ Redis fails over to a replica that missed the last INCR: the counter is %d\n", ctr) }
+  od
+}
+#endif
+
+/* ----------------------------------------------------------- the client */
+
+/* abstracts: the resource's guard -- fence_check.lua (RedisGuard,
+ * FencedScript), SQLGuard.Check, RowGuard.Cond, HTTPGuard with a
+ * FenceStore; the rule is admits() in guard.go. Check and write are one
+ * atomic step. */
+inline guard_write(c) {
+#ifdef M_NO_GUARD
+  hv = 1;                                        /* mutant: the resource checks nothing */
+#elif defined(M_EQUAL_FENCE)
+  hv = (gnew == 0 || fen[c] >= gnew);            /* mutant: an equal fence from anyone */
+#else
+  hv = (gnew == 0 || fen[c] > gnew || (fen[c] == gnew && OWN(c) == gown));
+#endif
+  if
+  :: hv ->
+     EV("@@ c%d writes with fence %d: accepted\n", c, fen[c]);
+#ifndef M_NO_GUARD
+     S5_ACCEPT(fen[c], OWN(c));
+     gnew = fen[c]; gown = OWN(c);
+#endif
+     RORDER_ACCEPT(gen[c]);
+     REX_(if :: wlast != 0 && wlast != OWN(c) -> closed = closed | BIT(wlast) :: else -> skip fi);
+     REXCL_ACCEPT(OWN(c));
+     GEN_(wgen = gen[c]); REX_(wlast = OWN(c))
+  :: else ->
+     EV("@@ c%d writes with fence %d: REFUSED, the newest accepted is %d\n", c, fen[c], gnew);
+     if :: st[c] != ACTIVE -> WIT(2) :: else -> skip fi;
+     if :: fen[c] == gnew && OWN(c) != gown -> WIT(8) :: else -> skip fi;
+     if :: st[c] == ACTIVE && fen[c] < gnew -> WIT(10) :: else -> skip fi;
+     F_(refused[c] = gnew)                       /* *StaleFenceError{Newest} */
+  fi;
+  hv = 0
+}
+
+/* abstracts: Lease.start -- the first local deadline, from the attempt's
+ * send time -- and the hand-out in acquisition.attempt; a reply that comes
+ * after the deadline is given back (acquisition.giveBack). hv: the fence,
+ * hg: the grant (ghost). */
+inline start(c) {
+#ifdef M_REPLY_DEADLINE
+  if
+  :: true ->                           /* mutant: the deadline counts from the reply */
+     dl[c] = LATE;
+#elif defined(M_NO_START_CHECK)
+  if
+  :: true ->                           /* mutant: hand out even after the deadline */
+     dl[c] = (acqAge[c] < LATE -> LATE - acqAge[c] : 0);
+#else
+  if
+  :: acqAge[c] < LATE ->
+     dl[c] = LATE - acqAge[c];
+#endif
+     st[c] = ACTIVE; fen[c] = hv; GEN_(gen[c] = hg); S3_(since[c] = acqAge[c]);
+     EV("@@ c%d: acquired, fence %d; its context ends within %d ticks\n", c, hv, dl[c]);
+     S1_HANDOUT(c);
+     S1_(began[c] = 0);
+     if :: fen[PEER(c)] > 0 && fen[c] == fen[PEER(c)] + 2 -> WIT(7) :: else -> skip fi
+  :: else ->
+     st[c] = DISCARDED; S1_(began[c] = 0);
+     WIT(6);
+     EV("@@ c%d: the reply came after the local deadline: given back\n", c)
+  fi;
+  acqAge[c] = 0
+}
+
+#define SEND(c, k, a) mk[c] = k; ma[c] = a; send(c)
+#define TAKE(c) hv = mv[c]; hg = mg[c]; ms[c] = EMPTY; mk[c] = 0; ma[c] = 0; mv[c] = 0; mg[c] = 0
+#define TIMEOUT(c) ms[c] = EMPTY; mk[c] = 0; ma[c] = 0
+
+/* abstracts: acquisition.attempt -- 'sent := time.Now()', the acquire
+ * script */
+#define ATTEMPT(c) EV("@@ c%d: acquire attempt %d\n", c, tries[c] + 1); \
+  acqAge[c] = 0; tries[c]++; SEND(c, KACQ, 0)
+/* abstracts: acquisition.leave -- release.lua by owner token, best effort */
+#define LEAVE(c) EV("@@ c%d: gives up; releases by owner (leave)\n", c); \
+  unk[c] = 0; SEND(c, KLEAVE, 0)
+#define FINISH(c) st[c] = DONE; tries[c] = 0; renews[c] = 0; unk[c] = 0; F_(refused[c] = 0); \
+  dl[c] = 0; S3_(since[c] = 0); S1_(began[c] = 0)
+
+/* abstracts: acquisition.try / acquisition.waitFor, after an attempt that
+ * did not get the lease: again under the same owner token (after a busy
+ * reply and a wake-up or backoff, or a request error), or stop (ctx ended,
+ * retries ran out): acquisition.giveUp, which leaves if an outcome was
+ * unknown */
+inline again(c) {
+  if
+  :: tries[c] < ATTEMPTS_OF(c) -> ATTEMPT(c)
+  :: unk[c] -> LEAVE(c); FINISH(c)
+  :: !unk[c] -> FINISH(c)
+  fi
+}
+
+proctype Client(byte c) {
+  /* abstracts: Client.Acquire / TryAcquire -> Client.acquire, newOwner:
+   * one owner token for every attempt */
+acquire:
+  atomic { st[c] = ACQ; S1_(began[c] = fen[PEER(c)]); ATTEMPT(c) }
+acquiring:
+  /* abstracts: acquisition.attempt, from the reply on (decode, Lease.start,
+   * the hand-out); acquisition.try / waitFor on an error or a busy reply */
+  if
+  :: atomic { ms[c] == REPLY && mk[c] == KACQ ->
+       TAKE(c);                        /* acquisition.decode */
+       if
+       :: hv > 0 ->
+#ifdef M_INCR_OUTSIDE
+          SEND(c, KINCR, hg)           /* mutant: the SET NX succeeded; now INCR */
+#else
+          start(c);
+          if :: st[c] == DISCARDED -> LEAVE(c); FINISH(c) :: else -> skip fi
+#endif
+       :: else -> EV("@@ c%d: busy\n", c);
+          unk[c] = 0; again(c)         /* someone else holds it: no attempt of ours does */
+       fi;
+       hv = 0; hg = 0 }
+#ifdef M_INCR_OUTSIDE
+  :: atomic { ms[c] == REPLY && mk[c] == KINCR ->
+       TAKE(c); start(c);
+       if :: st[c] == DISCARDED -> LEAVE(c); FINISH(c) :: else -> skip fi;
+       hv = 0; hg = 0 }
+  :: atomic { ms[c] == GONE && mk[c] == KINCR -> TIMEOUT(c); LEAVE(c); FINISH(c) }
+#endif
+  :: atomic { ms[c] == GONE && mk[c] == KACQ ->
+       EV("@@ c%d: the attempt's outcome is unknown\n", c);
+       TIMEOUT(c); unk[c] = 1; again(c) }
+  fi;
+  if
+  :: st[c] == ACQ -> goto acquiring
+  :: st[c] == ACTIVE -> skip
+  :: else -> goto end
+  fi;
+
+  /* The holder's own code (beside this client's Watchdog and Timer). */
+hold:
+  do
+  :: atomic { st[c] == ACTIVE ->        /* action check */
+       /* 'lease.Context().Err() == nil': the holder believes it holds the
+        * lease, and may pause here for any time before its write lands */
+       EV("@@ c%d: its context is live; it goes to write\n", c) }
+write:
+     atomic { guard_write(c) }
+#ifdef FAULTS
+  :: atomic { refused[c] > 0 && ms[c] == EMPTY ->   /* action advance */
+       /* abstracts: Client.AdvanceFence(resource, StaleFenceError.Newest) */
+       EV("@@ c%d: AdvanceFence(R0, %d)\n", c, refused[c]);
+       SEND(c, KADV, refused[c]); refused[c] = 0 }
+#endif
+  :: break    /* Release, explicit or deferred: on every path, context ended or not */
+  od;
+
+  /* abstracts: Lease.Release -> Lease.beginRelease: the context ends first
+   * (endLocked), then release.lua; no request for a lease that Redis
+   * already said is not ours */
+release:
+  atomic {
+    ms[c] == EMPTY ->
+    F_(refused[c] = 0);
+    EV("@@ c%d: Release\n", c);
+    if
+    :: st[c] == LOST -> FINISH(c)
+    :: st[c] == ACTIVE -> st[c] = RELEASED; dl[c] = 0; S3_(since[c] = 0); SEND(c, KREL, 0)
+    :: else -> SEND(c, KREL, 0)
+    fi }
+releasing:
+  if
+  :: atomic { ms[c] == REPLY ->
+       /* abstracts: Lease.endRelease */
+       TAKE(c);
+       EV("@@ c%d: Release returns %d (1: nil, 0: ErrLeaseLost)\n", c, hv);
+       S2_VERDICT(c, hv == 1);
+       S2_(delown[c] = 0); hv = 0; hg = 0;
+       FINISH(c) }
+  :: atomic { ms[c] == GONE ->
+       TIMEOUT(c);
+       EV("@@ c%d: Release: ErrOutcomeUnknown\n", c);
+       if
+       :: SEND(c, KREL, 0)             /* the caller calls Release again */
+       :: S2_(delown[c] = 0); FINISH(c)
+       fi }
+     if
+     :: st[c] != DONE -> goto releasing
+     :: else -> skip
+     fi
+  :: st[c] == DONE -> skip
+  fi;
+end:
+  skip
+}
+
+/* abstracts: the watchdog -- watchdog.renew, watchdog.send -- and
+ * Lease.Refresh, which it stands for too; Lease.renewed and
+ * Lease.extendLocked for the reply. A renewal may go at any time (no
+ * schedule: every interval is covered), one at a time. */
+proctype Watchdog(byte c) {
+end:
+  do
+  :: atomic { st[c] == ACTIVE && rs[c] == EMPTY && renews[c] < RENEWS_OF(c) ->   /* action renew */
+       /* watchdog.renew: 'sent := time.Now()', then the check (liveUntil:
+        * active, and sent before the deadline) */
+       renews[c]++;
+#ifdef M_SENT_AFTER_CHECK
+       rs[c] = CHECKED }                         /* mutant: the check first ... */
+  :: atomic { rs[c] == CHECKED ->
+       renAge[c] = 0;                            /* ... 'sent' after it */
+       S4_SEND(c);
+       rs[c] = PENDING }
+#else
+       renAge[c] = 0;
+       S4_SEND(c);
+       rs[c] = PENDING }
+#endif
+  :: atomic { rs[c] == PENDING ->   /* action send */
+       /* watchdog.send: the pipeline goes out, some time after the check;
+        * refresh.lua runs */
+       EV("@@ c%d: the watchdog's renewal goes out\n", c);
+       refresh_lua(c);
+       if
+       :: rs[c] = REPLY; rv[c] = hv
+       :: rs[c] = EMPTY; renAge[c] = 0           /* lost, request or reply: Lease.renewed
+                                                    (sent, false, err) changes nothing */
+       :: dups > 0 -> dups--; rs[c] = SENT       /* go-redis sends it again */
+       fi;
+       hv = 0 }
+  :: atomic { rs[c] == REPLY ->   /* action renewed */
+       /* Lease.renewed(sent, ok, nil), Lease.extendLocked */
+       if
+       :: st[c] != ACTIVE -> skip                /* ended meanwhile: nothing */
+       :: st[c] == ACTIVE && rv[c] == 0 ->
+          st[c] = LOST; dl[c] = 0; S3_(since[c] = 0);   /* endLocked(stateLost) */
+          WIT(5);
+          EV("@@ c%d: the renewal says not ours: context ends (lost)\n", c)
+       :: st[c] == ACTIVE && rv[c] == 1 ->
+#ifdef M_REPLY_DEADLINE
+          if :: LATE > dl[c] -> dl[c] = LATE; S3_(since[c] = renAge[c]) :: else -> skip fi;
+#else
+          if                                     /* extendLocked(sent) */
+          :: LATE > renAge[c] && LATE - renAge[c] > dl[c] ->
+             dl[c] = LATE - renAge[c]; S3_(since[c] = renAge[c]);
+             WIT(4)
+          :: else -> skip
+          fi;
+#endif
+          EV("@@ c%d: renewed; its context ends within %d ticks\n", c, dl[c])
+       fi;
+       rs[c] = EMPTY; rv[c] = 0; renAge[c] = 0 }
+  od
+}
+
+/* abstracts: Lease.onDeadline, the timer that Lease.start sets and
+ * extendLocked moves. It fires in the window that the clock-rate error
+ * allows; Tick does not let time pass the window's end. */
+proctype Timer(byte c) {
+end:
+  do
+  :: atomic { st[c] == ACTIVE && dl[c] <= EARLY ->   /* action deadline */
+       st[c] = LAPSED; dl[c] = 0; S3_(since[c] = 0);    /* endLocked(stateLapsed) */
+       EV("@@ c%d: the local deadline passes: its context ends\n", c) }
+  od
+}
+
+init {
+  atomic {
+    run Client(0); run Watchdog(0); run Timer(0);
+    run Client(1); run Watchdog(1); run Timer(1);
+#if DUPS > 0
+    run Net(0); run Net(1)
+#endif
+  }
+}
