@@ -236,7 +236,7 @@ func anyUse(opInput) bool { return true }
 
 // The holder of a permit, of a write lease or of a read lease, in a client
 // process of its own, uses the resource and is SIGSTOPped for 3×TTL while
-// three workers contend. The others proceed: the semaphore's other permit,
+// three workers contend (six in the long variant). The others proceed: the semaphore's other permit,
 // and once the paused holder's lease lapsed in Redis its permit too, each
 // to a new holder with a higher fence; readers and a writer after a paused
 // writer; a writer (and readers) after a paused reader. Woken, the paused
@@ -256,7 +256,7 @@ func TestFaultSharedHolderPause(t *testing.T) {
 			require.False(t, refused, "before its pause, the holder's %v is accepted: %s", child.in.kind, line)
 
 			stop := make(chan struct{})
-			done := s.start(ctx, stop, 3)
+			done := s.start(ctx, stop, scale(3, 6))
 			stopped := child.stop()
 			time.Sleep(time.Until(stopped.Add(3 * faultTTL)))
 			resumed := time.Now()
@@ -286,8 +286,9 @@ func TestFaultSharedHolderPause(t *testing.T) {
 
 // ---- a restart without persistence ----
 
-// Workers contend for 3×TTL, the lock's redis-server is SIGKILLed and
-// restarted without persistence, and they go on for a TTL: Redis has
+// Four workers contend for 3×TTL, the lock's redis-server is SIGKILLed and
+// restarted without persistence, and they go on for a TTL (the long
+// variant: eight workers, 30×TTL and 10×TTL): Redis has
 // forgotten the permits, the leases and the fence counter, fences go back,
 // and the resource refuses them (each permit's slot, the read/write
 // register). AdvanceFence to the newest fence in a refusal restores
@@ -298,11 +299,11 @@ func TestFaultSharedRestartWithoutPersistence(t *testing.T) {
 	forSharedKinds(t, func(t *testing.T, s *sharedScene) {
 		ctx := t.Context()
 		stop := make(chan struct{})
-		done := s.start(ctx, stop, 4)
-		time.Sleep(3 * faultTTL)
+		done := s.start(ctx, stop, scale(4, 8))
+		time.Sleep(time.Duration(scale(3, 30)) * faultTTL)
 		restarted := time.Now()
 		s.lock.Restart(t)
-		time.Sleep(faultTTL)
+		time.Sleep(time.Duration(scale(1, 10)) * faultTTL)
 		close(stop)
 		servertest.Recv(t, done, time.Minute)
 		require.Positive(t, s.h.acquiredSince(restarted), "the workers acquired after the restart")
@@ -369,7 +370,8 @@ func (s *sharedScene) repair(ctx context.Context) int {
 // A client whose acquires, renewals and releases may each lose their reply
 // (the proxy closes the connection instead of forwarding it; go-redis
 // retries off) takes permits, or read and write leases by turns, while two
-// workers contend on direct connections. It waits for most acquires, which
+// workers contend on direct connections (the long variant: four, and 200
+// rounds instead of 24). It waits for most acquires, which
 // retry with the same owner token until they learn their outcome; every
 // fourth is a Try… that loses three replies, its retries' and its
 // give-back's too, and returns ErrOutcomeUnknown. Each logical acquire holds
@@ -406,7 +408,7 @@ func TestFaultSharedLostReplies(t *testing.T) {
 		}
 
 		stop := make(chan struct{})
-		done := s.start(ctx, stop, 2)
+		done := s.start(ctx, stop, scale(2, 4))
 		var recognised, reportedLost, phantoms int
 		for i := range scale(24, 200) {
 			try := i%4 == 3
