@@ -293,8 +293,9 @@ func TestFaultSharedHolderPause(t *testing.T) {
 // and the resource refuses them (each permit's slot, the read/write
 // register). AdvanceFence to the newest fence in a refusal restores
 // liveness: the next holders of every permit, or the next writer and
-// reader, are admitted. Fence order and exclusion in time are not promised
-// across the restart; ownership and the resource rules are.
+// reader, are admitted. The history records the restart: fence order,
+// ownership and exclusion in time hold within each epoch of the lock,
+// before the restart and after it; the resource rules throughout.
 func TestFaultSharedRestartWithoutPersistence(t *testing.T) {
 	forSharedKinds(t, func(t *testing.T, s *sharedScene) {
 		ctx := t.Context()
@@ -302,7 +303,7 @@ func TestFaultSharedRestartWithoutPersistence(t *testing.T) {
 		done := s.start(ctx, stop, scale(4, 8))
 		time.Sleep(time.Duration(scale(3, 30)) * faultTTL)
 		restarted := time.Now()
-		s.lock.Restart(t)
+		s.h.Restart(func() { s.lock.Restart(t) })
 		time.Sleep(time.Duration(scale(1, 10)) * faultTTL)
 		close(stop)
 		servertest.Recv(t, done, time.Minute)
@@ -313,7 +314,7 @@ func TestFaultSharedRestartWithoutPersistence(t *testing.T) {
 		advanced := s.repair(ctx)
 		require.Positive(t, advanced, "the counter had gone back below the resource's newest fence")
 		t.Logf("after the restart: %d uses refused; repaired with %d AdvanceFence", refused, advanced)
-		s.h.check(t, checks{ownership: true})
+		s.h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 	})
 }
 
@@ -358,7 +359,7 @@ func (s *sharedScene) repair(ctx context.Context) int {
 		if newest == 0 {
 			return round
 		}
-		_, err := c.AdvanceFence(ctx, s.resource, newest)
+		_, err := s.h.AdvanceFence(ctx, 99, c, s.resource, newest)
 		require.NoError(t, err)
 	}
 	t.Fatal("AdvanceFence did not restore liveness in three rounds")

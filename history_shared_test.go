@@ -199,9 +199,12 @@ func (a admission) String() string {
 // semaphore, two of one permit, or a writer beside any other holder. A
 // holder whose first accepted operation came after that time (a paused
 // holder's late write that nobody newer had overtaken yet: the fencing rule
-// lets it through) is not admitted in this sense. It holds only while Redis
-// keeps the lock's state (no restart without persistence, no failover):
-// checks.exclusion.
+// lets it through) is not admitted in this sense. A restart without
+// persistence (history.Restart) ends Redis's holding of every lease granted
+// before it: an admission ends at the first restart that may have come
+// after its grant (one that returned after the acquire was called). It
+// holds only while Redis keeps the lock's state otherwise (no failover, no
+// unrecorded loss): checks.exclusion.
 func (h *history) checkExclusion(ops []porcupine.Operation, leases []*leaseLog) error {
 	_, err := h.exclusion(ops, leases)
 	return err
@@ -211,16 +214,18 @@ func (h *history) checkExclusion(ops []porcupine.Operation, leases []*leaseLog) 
 // holders the resource admitted at once, and how many it admitted in all.
 func (h *history) exclusion(ops []porcupine.Operation, leases []*leaseLog) (peaks map[string][2]int, err error) {
 	type acquired struct {
-		in  opInput
-		out opOutput
+		in   opInput
+		out  opOutput
+		call int64
 	}
+	restarts := restartsOf(ops)
 	granted := map[string]acquired{}
 	firstUse, firstRelease := map[string]int64{}, map[string]int64{}
 	for _, op := range ops {
 		in, out := op.Input.(opInput), op.Output.(opOutput)
 		switch {
 		case in.kind == opAcquire && out.res == resOK:
-			granted[out.owner] = acquired{in, out}
+			granted[out.owner] = acquired{in, out, op.Call}
 		case (in.kind == opWrite || in.kind == opRead) && out.res == resOK:
 			if t, ok := firstUse[in.owner]; !ok || op.Return < t {
 				firstUse[in.owner] = op.Return
@@ -242,6 +247,12 @@ func (h *history) exclusion(ops []porcupine.Operation, leases []*leaseLog) (peak
 		to := int64(last.Add(l.ttl - time.Duration(float64(l.ttl)*redlease.DriftFactor)).Sub(h.start))
 		if r, ok := firstRelease[l.owner]; ok {
 			to = min(to, r)
+		}
+		for _, r := range restarts {
+			if r.Return > g.call {
+				to = min(to, r.Call)
+				break
+			}
 		}
 		if from < to {
 			a := admission{resource: g.in.resource, lease: g.in.lease, permits: g.in.permits, permit: g.out.permit,
@@ -324,6 +335,12 @@ func TestHistoryCheckerCatchesSharedViolations(t *testing.T) {
 	}
 	onRW := func(h hist, call, ret int64, op opKind, kind leaseKind, owner string, fence int64, res outcomeKind) {
 		add(h, call, ret, opInput{kind: op, lease: kind, resource: "c", owner: owner, fence: fence}, opOutput{res: res})
+	}
+	restart := func(h hist, call, ret int64) {
+		add(h, call, ret, opInput{kind: opRestart}, opOutput{res: resOK})
+	}
+	advance := func(h hist, call, ret, atLeast, counter int64, res outcomeKind) {
+		add(h, call, ret, opInput{kind: opAdvance, resource: "s", fence: atLeast}, opOutput{res: res, fence: counter})
 	}
 	all := checks{fenceOrder: true, ownership: true, exclusion: true}
 	cases := []struct {
@@ -441,6 +458,84 @@ func TestHistoryCheckerCatchesSharedViolations(t *testing.T) {
 				Input: opInput{kind: opAcquire, lease: leasePermit, resource: "s", permits: 2}, Output: opOutput{res: resUnknown}})
 			permit(h, 4, 5, "b", 3, 1)
 			onPermit(h, 6, 7, opRenew, "a", 1, 0, resFail) // the unknown one took a's, expired, permit
+		}, ""},
+
+		// A restart without persistence, recorded: a new epoch of the lock.
+		{"restart: fences begin again at 1", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			permit(h, 2, 3, "b", 2, 1)
+			restart(h, 4, 5)
+			permit(h, 6, 7, "c", 1, 0)
+			permit(h, 8, 9, "d", 2, 1)
+		}, ""},
+		{"restart: a fence that skips after it", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			restart(h, 4, 5)
+			permit(h, 6, 7, "c", 2, 0)
+		}, "not linearizable"},
+		{"restart: one fence twice within its epoch", all, func(h hist) {
+			restart(h, 0, 1)
+			permit(h, 2, 3, "c", 1, 0)
+			permit(h, 4, 5, "d", 1, 1)
+		}, "not linearizable"},
+		{"restart: a renewal after it", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			restart(h, 2, 3)
+			onPermit(h, 4, 5, opRenew, "a", 1, 0, resOK)
+		}, "not linearizable"},
+		{"restart: a retried release after it", all, func(h hist) {
+			rw(h, 0, 1, leaseWrite, "w", 1)
+			onRW(h, 2, 3, opRelease, leaseWrite, "w", 1, resOK)
+			restart(h, 4, 5)
+			onRW(h, 6, 7, opRelease, leaseWrite, "w", 1, resOK)
+		}, "not linearizable"},
+		{"restart: an acquisition in flight during it, from either epoch", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			permit(h, 2, 20, "b", 2, 1) // granted before the restart
+			restart(h, 4, 5)
+			permit(h, 6, 21, "c", 1, 0) // granted after
+		}, ""},
+		{"restart: the holders of one permit in two epochs, both admitted", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			onPermit(h, 2, 3, opWrite, "a", 1, 0, resOK)
+			restart(h, 4, 5) // Redis forgets a's permit: its admission ends here
+			permit(h, 6, 7, "b", 1, 0)
+			onPermit(h, 8, 9, opWrite, "b", 1, 0, resFail) // the regressed fence, refused
+			onPermit(h, 10, 11, opRelease, "b", 1, 0, resOK)
+			permit(h, 12, 13, "c", 2, 0)
+			onPermit(h, 14, 15, opWrite, "c", 2, 0, resOK)
+		}, ""},
+		{"restart: the same, unrecorded", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			onPermit(h, 2, 3, opWrite, "a", 1, 0, resOK)
+			permit(h, 12, 13, "c", 2, 0) // granted while a's permit was live
+			onPermit(h, 14, 15, opWrite, "c", 2, 0, resOK)
+		}, "S6: \"s\" admitted two holders of permit 0 at once"},
+
+		{"advance: the next fence is above the counter it returned", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			advance(h, 2, 3, 10, 10, resOK)
+			permit(h, 4, 5, "b", 11, 1)
+			advance(h, 6, 7, 5, 11, resOK) // never back
+			permit(h, 8, 9, "c", 12, 0)
+		}, ""},
+		{"advance: a fence below the advanced counter", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			advance(h, 2, 3, 10, 10, resOK)
+			permit(h, 4, 5, "b", 2, 1)
+		}, "not linearizable"},
+		{"advance: the counter moved back", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			permit(h, 2, 3, "b", 2, 1)
+			advance(h, 4, 5, 1, 1, resOK)
+		}, "not linearizable"},
+		{"advance: of unknown outcome, it may or may not have moved the counter", all, func(h hist) {
+			permit(h, 0, 1, "a", 1, 0)
+			h.ops = append(h.ops, porcupine.Operation{Call: 2 * ms, Return: math.MaxInt64,
+				Input: opInput{kind: opAdvance, resource: "s", fence: 10}, Output: opOutput{res: resUnknown}})
+			permit(h, 4, 5, "b", 2, 1)
+			onPermit(h, 6, 7, opRelease, "a", 1, 0, resOK)
+			permit(h, 8, 9, "c", 11, 0)
 		}, ""},
 
 		// Read/write leases.
@@ -584,6 +679,18 @@ func TestHistoryCheckerCatchesSharedViolations(t *testing.T) {
 			}
 		})
 	}
+	// S1's direct check holds within an epoch, and leaves out what was in
+	// flight during a restart.
+	acquireAt := func(call, ret int64, fence int64) porcupine.Operation {
+		return porcupine.Operation{Call: call, Return: ret, Input: opInput{kind: opAcquire, resource: "r"},
+			Output: opOutput{res: resOK, fence: fence, owner: fmt.Sprint(call)}}
+	}
+	restartAt := porcupine.Operation{Call: 10, Return: 11, Input: opInput{kind: opRestart}, Output: opOutput{res: resOK}}
+	require.NoError(t, checkFences([]porcupine.Operation{acquireAt(0, 1, 1), acquireAt(2, 3, 2), restartAt, acquireAt(12, 13, 1)}))
+	require.NoError(t, checkFences([]porcupine.Operation{acquireAt(0, 1, 1), acquireAt(2, 10, 2), restartAt, acquireAt(11, 13, 2)}))
+	require.ErrorContains(t, checkFences([]porcupine.Operation{restartAt, acquireAt(12, 13, 1), acquireAt(14, 15, 1)}), "S1")
+	require.ErrorContains(t, checkFences([]porcupine.Operation{acquireAt(0, 1, 2), acquireAt(2, 3, 1), restartAt}), "S1")
+
 	// The direct check of S7 at the resource catches on its own what the
 	// model catches in the crafted histories above, per resource.
 	op := func(call, ret int64, kind opKind, resource string, fence int64) porcupine.Operation {

@@ -38,11 +38,13 @@ const (
 	opRenew
 	opRelease
 	opWrite
-	opRead // a reader's fenced read of a read/write resource
+	opRead    // a reader's fenced read of a read/write resource
+	opRestart // the lock's redis-server restarted without persistence: it forgot every lease and fence counter
+	opAdvance // AdvanceFence: in.fence is atLeast, out.fence the counter afterwards
 )
 
 func (k opKind) String() string {
-	return [...]string{"acquire", "renew", "release", "write", "read"}[k]
+	return [...]string{"acquire", "renew", "release", "write", "read", "restart", "advance"}[k]
 }
 
 // leaseKind is the kind of lease an operation is about.
@@ -244,6 +246,30 @@ func (h *history) Use(client int, in opInput, do func() error) error {
 	return err
 }
 
+// Restart runs restart, which restarts the lock's redis-server without
+// persistence, and records it: from then on Redis has no lease and no fence
+// counter (a new epoch of the lock, see stepRestart).
+func (h *history) Restart(restart func()) {
+	call := h.now()
+	restart()
+	h.record(restartClient, call, opInput{kind: opRestart}, opOutput{res: resOK})
+}
+
+// AdvanceFence runs c.AdvanceFence and records it. (The counter is the
+// resource's hash slot's: the model assumes no other resource of the slot
+// in the history.)
+func (h *history) AdvanceFence(ctx context.Context, client int, c *redlease.Client, resource string, atLeast int64) (int64, error) {
+	call := h.now()
+	n, err := c.AdvanceFence(ctx, resource, atLeast)
+	out := outcome(err)
+	out.fence = n
+	h.record(client, call, opInput{kind: opAdvance, resource: resource, fence: atLeast}, out)
+	return n, err
+}
+
+// restartClient is the client id of restarts, for the visualisation.
+const restartClient = 999
+
 // outcome classifies an operation's error: nil is ok, the given errors are
 // a definite failure, anything else (network trouble) is unknown.
 func outcome(err error, fails ...error) opOutput {
@@ -305,8 +331,10 @@ type seedInput struct{ state registerState }
 
 // checks says which guarantees a scenario's history must keep. Fence order
 // (S1), ownership (S2) and exclusion in time (S6, S7) are promised only
-// without failover or loss of the lock's state; the resource rules (S5,
-// and S6 and S7 at the resource) always.
+// without failover or a loss of the lock's state that the history does not
+// record (a restart without persistence recorded by history.Restart starts
+// a new epoch of the lock, in which they hold again); the resource rules
+// (S5, and S6 and S7 at the resource) always.
 type checks struct {
 	fenceOrder bool // S1: acquisitions get counter+1
 	ownership  bool // S2: renew and release succeed only for a current holder
@@ -362,13 +390,25 @@ func b2i(b bool) int {
 // neither S1 nor S2 is checked, the lock's specification accepts every
 // history (each of its steps has a successor whatever the outcome; the
 // permits' range is checked directly, by checkPermits), so its operations
-// are left out of porcupine's input.
+// are left out of porcupine's input. A restart of the lock's server
+// (opRestart) belongs to the lock of every resource, an AdvanceFence
+// (opAdvance) to every lock of its resource.
 func lockModel(c checks) porcupine.Model {
 	nm := &porcupine.NondeterministicModel{
 		Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
 			by := map[object][]porcupine.Operation{}
 			var keys []object
+			var restarts []porcupine.Operation
+			advances := map[string][]porcupine.Operation{}
 			for _, op := range ops {
+				switch in := op.Input.(opInput); in.kind {
+				case opRestart:
+					restarts = append(restarts, op)
+					continue
+				case opAdvance:
+					advances[in.resource] = append(advances[in.resource], op)
+					continue
+				}
 				k := objectOf(op.Input.(opInput))
 				if k.lock && !c.fenceOrder && !c.ownership {
 					continue
@@ -382,7 +422,7 @@ func lockModel(c checks) porcupine.Model {
 			var out [][]porcupine.Operation
 			for _, k := range keys {
 				if k.lock {
-					out = append(out, markLast(by[k]))
+					out = append(out, markLast(slices.Concat(by[k], restarts, advances[k.name])))
 				} else {
 					out = append(out, segmentWrites(by[k])...)
 				}
@@ -398,6 +438,10 @@ func lockModel(c checks) porcupine.Model {
 			}
 			in, out := input.(opInput), output.(opOutput)
 			switch in.kind {
+			case opRestart:
+				return stepRestart(s)
+			case opAdvance:
+				return stepAdvance(c, s, in, out)
 			case opAcquire:
 				return stepAcquire(c, s, in, out)
 			case opRenew, opRelease:
@@ -415,6 +459,10 @@ func lockModel(c checks) porcupine.Model {
 				owner = owner[:8]
 			}
 			switch {
+			case in.kind == opRestart:
+				return "restart of the lock's redis-server, without persistence"
+			case in.kind == opAdvance:
+				return fmt.Sprintf("advance(%s, at least %d) -> %d, %v", in.resource, in.fence, out.fence, out.res)
 			case in.kind == opAcquire && out.res == resOK && in.lease == leasePermit:
 				return fmt.Sprintf("acquire(%s, permit of %d) -> permit %d, fence %d", in.resource, in.permits, out.permit, out.fence)
 			case in.kind == opAcquire && out.res == resOK:
@@ -433,6 +481,31 @@ func lockModel(c checks) porcupine.Model {
 		},
 	}
 	return nm.ToModel()
+}
+
+// stepRestart: a restart without persistence begins a new epoch of the
+// lock: no holder, no record of a release, and the fence counter at 0, so
+// the next acquisition gets fence 1 (S1 holds within an epoch).
+func stepRestart(s modelState) []any {
+	return []any{modelState{registerState: s.registerState}}
+}
+
+// stepAdvance: AdvanceFence moves the counter to at least in.fence, never
+// back, and returns its value afterwards (checked where S1 is).
+func stepAdvance(c checks, s modelState, in opInput, out opOutput) []any {
+	moved := s
+	moved.counter = max(s.counter, in.fence)
+	switch out.res {
+	case resOK:
+		if c.fenceOrder && out.fence != moved.counter {
+			return nil
+		}
+		moved.counter = max(moved.counter, out.fence)
+		return []any{moved}
+	case resFail:
+		return []any{s}
+	}
+	return []any{s, moved}
 }
 
 // stepAcquire: an acquisition gets the next fence (S1, where checked) and,
@@ -762,17 +835,31 @@ func (h *history) verify(c checks, name string) error {
 	return nil
 }
 
-// checkFences: no two acquisitions of a resource got the same fence, and an
-// acquisition that returned before another began has the smaller fence (S1).
+// checkFences: no two acquisitions of a resource in one epoch of the lock
+// (between restarts) got the same fence, and an acquisition that returned
+// before another of its epoch began has the smaller fence (S1). An
+// acquisition in flight during a restart belongs to no epoch here (the
+// model places it).
 func checkFences(ops []porcupine.Operation) error {
-	byResource := map[string][]porcupine.Operation{}
+	type resourceEpoch struct {
+		resource string
+		epoch    int
+	}
+	restarts := restartsOf(ops)
+	byResource := map[resourceEpoch][]porcupine.Operation{}
 	for _, op := range ops {
 		if in := op.Input.(opInput); in.kind == opAcquire && op.Output.(opOutput).res == resOK {
-			byResource[in.resource] = append(byResource[in.resource], op)
+			if e, ok := epochOf(op, restarts); ok {
+				k := resourceEpoch{in.resource, e}
+				byResource[k] = append(byResource[k], op)
+			}
 		}
 	}
-	for _, r := range slices.Sorted(maps.Keys(byResource)) {
-		acq := byResource[r]
+	keys := slices.SortedFunc(maps.Keys(byResource), func(a, b resourceEpoch) int {
+		return cmp.Or(strings.Compare(a.resource, b.resource), cmp.Compare(a.epoch, b.epoch))
+	})
+	for _, k := range keys {
+		acq, r := byResource[k], k.resource
 		seen := map[int64]bool{}
 		for _, a := range acq {
 			f := a.Output.(opOutput).fence
@@ -787,6 +874,34 @@ func checkFences(ops []porcupine.Operation) error {
 		}
 	}
 	return nil
+}
+
+// restartsOf returns the restarts of the history, by call time.
+func restartsOf(ops []porcupine.Operation) []porcupine.Operation {
+	var rs []porcupine.Operation
+	for _, op := range ops {
+		if op.Input.(opInput).kind == opRestart {
+			rs = append(rs, op)
+		}
+	}
+	slices.SortFunc(rs, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	return rs
+}
+
+// epochOf returns the epoch of the lock in which op ran, the number of
+// restarts that returned before it was called, and false if a restart was
+// in flight while op was.
+func epochOf(op porcupine.Operation, restarts []porcupine.Operation) (int, bool) {
+	n := 0
+	for _, r := range restarts {
+		switch {
+		case r.Return < op.Call:
+			n++
+		case r.Call <= op.Return:
+			return 0, false
+		}
+	}
+	return n, true
 }
 
 // checkAcceptedWrites: writes the resource accepted, in real-time order,
