@@ -338,7 +338,7 @@ type seedInput struct{ state registerState }
 type checks struct {
 	fenceOrder bool // S1: acquisitions get counter+1
 	ownership  bool // S2: renew and release succeed only for a current holder
-	exclusion  bool // S6, S7 in time (checkExclusion): needs the lock's state to survive the fault
+	exclusion  bool // S6, S7 in time (checkExclusion): needs the lock's state to survive the fault, or its loss recorded
 }
 
 // object is what an operation acts on, for lockModel's partition: the lock
