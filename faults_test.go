@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,13 +57,15 @@ func scale(short, long int) int {
 // written through the Redis fencing guard.
 type resourceStore struct {
 	guard *fencing.RedisGuard
+	rdb   *redis.Client
 	h     *history
 	addr  string
 }
 
 func newResourceStore(t *testing.T, h *history) *resourceStore {
 	srv := servertest.Redis(t)
-	return &resourceStore{guard: fencing.NewRedisGuard(srv.Client(t)), h: h, addr: srv.Addr}
+	rdb := srv.Client(t)
+	return &resourceStore{guard: fencing.NewRedisGuard(rdb), rdb: rdb, h: h, addr: srv.Addr}
 }
 
 // write makes a fenced write of resource's data and records it.
@@ -109,6 +112,13 @@ func closed(c <-chan struct{}) bool {
 // that run until stop is closed (or 10000 rounds, or ctx ends). The returned
 // channel is closed when all have ended and closed their Clients.
 func startWorkers(ctx context.Context, stop <-chan struct{}, n int, newClient func() *redlease.Client, store *resourceStore, resources []string) <-chan struct{} {
+	return runWorkers(n, newClient, func(i int, c *redlease.Client) { worker(ctx, stop, i, c, store, resources, 10000) })
+}
+
+// runWorkers runs run(i, c) for i in 0..n-1 on goroutines, each with its own
+// redlease.Client c made by newClient. The returned channel is closed when
+// all have returned and closed their Clients.
+func runWorkers(n int, newClient func() *redlease.Client, run func(i int, c *redlease.Client)) <-chan struct{} {
 	var wg sync.WaitGroup
 	for i := range n {
 		c := newClient()
@@ -116,7 +126,7 @@ func startWorkers(ctx context.Context, stop <-chan struct{}, n int, newClient fu
 		go func() {
 			defer wg.Done()
 			defer c.Close(context.Background())
-			worker(ctx, stop, i, c, store, resources, 10000)
+			run(i, c)
 		}()
 	}
 	done := make(chan struct{})
@@ -140,13 +150,14 @@ func (h *history) acquiredSince(t time.Time) int {
 // ---- 2. a real client process pause ----
 
 // TestFaultHelperProcess is not a test: it is the paused client of
-// TestFaultClientProcessPause, run in a process of its own.
+// TestFaultClientProcessPause and the other paused-holder scenarios, run in
+// a process of its own (see pausedChild).
 func TestFaultHelperProcess(t *testing.T) {
 	spec := os.Getenv("REDLEASE_FAULT_HELPER")
 	if spec == "" {
 		t.Skip("the helper process of TestFaultClientProcessPause")
 	}
-	f := strings.Fields(spec) // lock address, resource address, resource, "lease" or "election"
+	f := strings.Fields(spec) // lock address, resource address, resource, mode (see startPausedChild)
 	ctx := context.Background()
 	lockRdb := redis.NewClient(&redis.Options{Addr: f[0]})
 	resRdb := redis.NewClient(&redis.Options{Addr: f[1]})
@@ -155,26 +166,40 @@ func TestFaultHelperProcess(t *testing.T) {
 	c := redlease.New(lockRdb, redlease.WithTTL(faultTTL), redlease.WithSafetyMargin(faultTTL/4))
 	defer c.Close(ctx)
 	var (
-		l   *redlease.Lease
-		err error
+		l    *redlease.Lease
+		err  error
+		kind = leaseExclusive
 	)
-	if len(f) > 3 && f[3] == "election" {
+	mode, arg, _ := strings.Cut(f[3], ":")
+	switch mode {
+	case "election":
 		l, err = redlease.NewElection(c, f[2]).Campaign(ctx, "paused-leader")
-	} else {
+	case "semaphore":
+		kind = leasePermit
+		n, _ := strconv.Atoi(arg)
+		l, err = c.TryAcquireSemaphore(ctx, f[2], n)
+	case "read":
+		kind = leaseRead
+		l, err = c.TryAcquireRead(ctx, f[2])
+	case "write":
+		kind = leaseWrite
+		l, err = c.TryAcquireWrite(ctx, f[2])
+	default:
 		l, err = c.TryAcquire(ctx, f[2])
 	}
 	if err != nil {
 		fmt.Println("error", err)
 		return
 	}
-	fmt.Println("acquired", l.Fence(), l.Owner())
+	fmt.Println("acquired", l.Fence(), l.Owner(), l.Permit())
+	guard := fencing.NewRedisGuard(resRdb)
 	in := bufio.NewScanner(os.Stdin)
-	if !in.Scan() { // "write": the parent resumed us
-		return
+	for in.Scan() && in.Text() == "use" {
+		// The holder (woken up, perhaps) believes it holds the lease, and
+		// writes (or reads).
+		err = useResource(ctx, resRdb, guard, l, kind)
+		fmt.Println("use", errors.Is(err, fencing.ErrStaleFence), err)
 	}
-	// The holder woke up believing it holds the lease, and writes.
-	err = fencing.NewRedisGuard(resRdb).Set(ctx, "data:"+f[2], "from the paused holder", 0, l.Fence(), l.Owner())
-	fmt.Println("write", errors.Is(err, fencing.ErrStaleFence), err)
 	select {
 	case <-l.Context().Done():
 	case <-time.After(5 * time.Second):
@@ -182,6 +207,103 @@ func TestFaultHelperProcess(t *testing.T) {
 	fmt.Println("context", errors.Is(context.Cause(l.Context()), redlease.ErrLeaseLost))
 	err = l.Refresh(ctx)
 	fmt.Println("renew", errors.Is(err, redlease.ErrLeaseLost))
+}
+
+// pausedChild is a client process that holds a lease, to be stopped past
+// its TTL with SIGSTOP (the whole process, watchdog included) and resumed:
+// the test binary, re-executed as TestFaultHelperProcess.
+type pausedChild struct {
+	t     *testing.T
+	h     *history
+	cmd   *exec.Cmd
+	stdin io.Writer
+	out   *bufio.Reader
+	in    opInput // of its operations on the resource
+}
+
+// startPausedChild starts a child that takes a lease of resource from the
+// lock server at lockAddr, without waiting, and uses the resource at
+// storeAddr as useResource does. mode says which lease: "lease",
+// "election" (a term), "semaphore:<N>" (a permit of N), "read" or "write".
+// Its acquisition is recorded as client 100's, with a log that gives Redis
+// the lease until the child's start plus TTL·(1−DriftFactor): its acquire
+// was sent after that start (checkExclusion).
+func startPausedChild(t *testing.T, h *history, lockAddr, storeAddr, resource, mode string) *pausedChild {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultHelperProcess$", "-test.v=false")
+	cmd.Env = append(os.Environ(), "REDLEASE_FAULT_HELPER="+lockAddr+" "+storeAddr+" "+resource+" "+mode)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	started, call := time.Now(), h.now()
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	c := &pausedChild{t: t, h: h, cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	line := readLine(t, c.out)
+	var (
+		fence  int64
+		owner  string
+		permit int
+	)
+	_, err = fmt.Sscanf(line, "acquired %d %s %d", &fence, &owner, &permit)
+	require.NoError(t, err, line)
+	spec := leaseSpec{}
+	switch kind, arg, _ := strings.Cut(mode, ":"); kind {
+	case "semaphore":
+		spec.kind = leasePermit
+		spec.permits, _ = strconv.Atoi(arg)
+	case "read":
+		spec.kind = leaseRead
+	case "write":
+		spec.kind = leaseWrite
+	}
+	h.record(100, call, opInput{kind: opAcquire, lease: spec.kind, resource: resource, permits: spec.permits},
+		opOutput{res: resOK, fence: fence, owner: owner, permit: permit})
+	h.mu.Lock()
+	h.kinds[owner] = spec
+	h.leases[owner] = &leaseLog{resource: resource, owner: owner, fence: fence, ttl: faultTTL, confirmed: []time.Time{started}}
+	h.mu.Unlock()
+	c.in = useInput(spec.kind, resource, owner, fence, permit)
+	return c
+}
+
+// stop stops the child process and returns when.
+func (c *pausedChild) stop() time.Time {
+	require.NoError(c.t, c.cmd.Process.Signal(syscall.SIGSTOP))
+	return time.Now()
+}
+
+// resume lets the stopped child run again.
+func (c *pausedChild) resume() { require.NoError(c.t, c.cmd.Process.Signal(syscall.SIGCONT)) }
+
+// use makes the child use the resource, records it, and reports whether
+// the resource refused it as stale, and what the child said.
+func (c *pausedChild) use() (refused bool, line string) {
+	call := c.h.now()
+	_, err := io.WriteString(c.stdin, "use\n")
+	require.NoError(c.t, err)
+	line = readLine(c.t, c.out)
+	refused = strings.HasPrefix(line, "use true")
+	out := opOutput{res: resOK}
+	switch {
+	case refused:
+		out.res = resFail
+	case line != "use false <nil>":
+		out.res = resUnknown
+	}
+	c.h.record(100, call, c.in, out)
+	return refused, line
+}
+
+// expectEnded makes the child wait for its lease context to end and renew
+// then: its context must have ended with ErrLeaseLost, and its renewal
+// must fail so.
+func (c *pausedChild) expectEnded() {
+	_, err := io.WriteString(c.stdin, "end\n")
+	require.NoError(c.t, err)
+	require.Equal(c.t, "context true", readLine(c.t, c.out), "its lease context has ended")
+	require.Equal(c.t, "renew true", readLine(c.t, c.out), "its renew fails")
 }
 
 func TestFaultClientProcessPause(t *testing.T) {
@@ -216,54 +338,26 @@ func testPausedHolder(t *testing.T, mode string, take func(context.Context, *red
 	lock := servertest.Redis(t)
 	store := newResourceStore(t, h)
 	ctx := t.Context()
+	child := startPausedChild(t, h, lock.Addr, store.addr, "pay", mode)
 
-	child := exec.Command(os.Args[0], "-test.run=^TestFaultHelperProcess$", "-test.v=false")
-	child.Env = append(os.Environ(), "REDLEASE_FAULT_HELPER="+lock.Addr+" "+store.addr+" pay "+mode)
-	stdin, err := child.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := child.StdoutPipe()
-	require.NoError(t, err)
-	call := h.now()
-	require.NoError(t, child.Start())
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	out := bufio.NewReader(stdout)
-	line := readLine(t, out)
-	var fence int64
-	var owner string
-	_, err = fmt.Sscanf(line, "acquired %d %s", &fence, &owner)
-	require.NoError(t, err, line)
-	h.record(100, call, opInput{kind: opAcquire, resource: "pay"}, opOutput{res: resOK, fence: fence, owner: owner})
-
-	// The whole process stops, watchdog included, for 3×TTL.
-	require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
-	stopped := time.Now()
+	stopped := child.stop()
 	c := redlease.New(lock.Client(t), faultOpts(h)...)
 	defer c.Close(ctx)
-	call = h.now()
+	call := h.now()
 	b, err := take(ctx, c, "pay")
 	require.NoError(t, err, "B takes over once A's lease expires in Redis")
 	h.record(1, call, opInput{kind: opAcquire, resource: "pay"}, opOutput{res: resOK, fence: b.Fence(), owner: b.Owner()})
-	h.acquired(b)
-	require.Greater(t, b.Fence(), fence)
+	h.acquired(b, leaseSpec{})
+	require.Greater(t, b.Fence(), child.in.fence)
 	require.NoError(t, store.write(ctx, 1, "pay", b.Owner(), b.Fence()))
 	time.Sleep(time.Until(stopped.Add(3 * faultTTL)))
-	require.NoError(t, child.Process.Signal(syscall.SIGCONT))
+	child.resume()
 
-	call = h.now()
-	_, err = io.WriteString(stdin, "write\n")
-	require.NoError(t, err)
-	line = readLine(t, out)
-	stale := strings.HasPrefix(line, "write true")
-	res := resOK
-	if stale {
-		res = resFail
-	}
-	h.record(100, call, opInput{kind: opWrite, resource: "pay", owner: owner, fence: fence}, opOutput{res: res})
-	require.True(t, stale, "the paused holder's write is rejected: %s", line)
-	require.Equal(t, "context true", readLine(t, out), "its lease context has ended")
-	require.Equal(t, "renew true", readLine(t, out), "its renew fails")
+	refused, line := child.use()
+	require.True(t, refused, "the paused holder's write is rejected: %s", line)
+	child.expectEnded()
 	require.NoError(t, h.Release(ctx, 1, b))
-	h.check(t, checks{fenceOrder: true, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 func readLine(t *testing.T, r *bufio.Reader) string {
@@ -340,7 +434,7 @@ func TestFaultServerPause(t *testing.T) {
 			require.NoError(t, h.Release(ctx, 2, b))
 		})
 	}
-	h.check(t, checks{fenceOrder: true, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 // ---- 4. blackhole between holder and Redis ----
@@ -380,7 +474,7 @@ func TestFaultBlackhole(t *testing.T) {
 	require.NoError(t, direct.Get(ctx, "redlease:{r}:lease").Err(), "B's lease is intact")
 	require.ErrorIs(t, store.write(ctx, 1, "r", la.Owner(), la.Fence()), fencing.ErrStaleFence)
 	require.NoError(t, h.Release(ctx, 2, lb))
-	h.check(t, checks{fenceOrder: true, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 // ---- 5. lost replies ----
@@ -420,7 +514,7 @@ func TestFaultLostReplies(t *testing.T) {
 	n, err := redlease.New(lock.Client(t)).LastFence(ctx, "r")
 	require.NoError(t, err)
 	require.LessOrEqual(t, n, int64(acquisitions), "at most one fence per logical acquire")
-	h.check(t, checks{fenceOrder: true, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 // ---- 6. a late release ----
@@ -449,7 +543,7 @@ func TestFaultLateRelease(t *testing.T) {
 	require.NoError(t, err, "it deleted nothing")
 	require.Equal(t, fmt.Sprintf("%s:%d:%s", lb.Owner(), lb.Fence(), redlease.DefaultHolder()), v)
 	require.NoError(t, h.Release(ctx, 2, lb))
-	h.check(t, checks{fenceOrder: true, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 // ---- 7. restarts ----
@@ -471,7 +565,7 @@ func TestFaultRestartWithoutPersistence(t *testing.T) {
 		require.NoError(t, h.Release(ctx, 1, l))
 	}
 
-	lock.Restart(t) // the counter is gone
+	h.Restart(func() { lock.Restart(t) }) // the counter is gone
 	l, err := h.Acquire(ctx, 2, c, "r", true, redlease.WithMaxWait(5*faultTTL))
 	require.NoError(t, err)
 	require.Less(t, l.Fence(), last, "the fence went back")
@@ -481,14 +575,14 @@ func TestFaultRestartWithoutPersistence(t *testing.T) {
 	require.Equal(t, last, stale.Newest)
 	require.NoError(t, h.Release(ctx, 2, l))
 
-	_, err = c.AdvanceFence(ctx, "r", stale.Newest) // repair
+	_, err = h.AdvanceFence(ctx, 2, c, "r", stale.Newest) // repair
 	require.NoError(t, err)
 	l, err = h.Acquire(ctx, 3, c, "r", false)
 	require.NoError(t, err)
 	require.Equal(t, last+1, l.Fence())
 	require.NoError(t, store.write(ctx, 3, "r", l.Owner(), l.Fence()), "repair restores liveness")
 	require.NoError(t, h.Release(ctx, 3, l))
-	h.check(t, checks{fenceOrder: false, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true}) // within each epoch of the lock, before the restart and after
 }
 
 func TestFaultRestartWithAOF(t *testing.T) {
@@ -508,7 +602,7 @@ func TestFaultRestartWithAOF(t *testing.T) {
 		require.NoError(t, h.Release(ctx, 1, l))
 	}
 	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, fences, "fences continue across the restart")
-	h.check(t, checks{fenceOrder: true, ownership: true})
+	h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 // ---- 8. master and replica, replication cut ----
@@ -648,7 +742,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 		require.NoError(t, h.Release(ctx, 99, l))
 		var stale *fencing.StaleFenceError
 		if errors.As(err, &stale) {
-			_, err = c.AdvanceFence(ctx, r, stale.Newest)
+			_, err = h.AdvanceFence(ctx, 99, c, r, stale.Newest)
 			require.NoError(t, err)
 			l, err = h.Acquire(ctx, 99, c, r, true, redlease.WithMaxWait(5*faultTTL))
 			require.NoError(t, err)
