@@ -127,6 +127,10 @@ type acquisition struct {
 	lease    [1]*Lease
 }
 
+// acquire is every acquire call: it checks the options, runs the attempts
+// (waiting or not) and reports to the observers.
+//
+// Model: model/redlease.pml, proctype Client, label acquire.
 func (c *Client) acquire(ctx context.Context, resources []string, opts []Option, wait bool, kind leaseKind, permits int) ([]*Lease, error) {
 	cfg, err := c.leaseConfig(resources, opts)
 	if err != nil {
@@ -248,6 +252,8 @@ func (c *Client) acquireInOrder(ctx context.Context, resources []string, opts []
 }
 
 // try makes one attempt, repeated only while its outcome is unknown.
+//
+// Model: model/redlease.pml, inline again.
 func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 	a.c.hub.calls.Add(1)
 	defer a.c.hub.calls.Add(-1)
@@ -295,6 +301,8 @@ func (a *acquisition) classify(err error) errorClass {
 // queues and releases any lease that an attempt of unknown outcome may have
 // taken (see undo). cause is why it stops (nil when retries ran out);
 // unknown, if not nil, the error that left an attempt's outcome unknown.
+//
+// Model: model/redlease.pml, inline again.
 func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
 	if a.queued || unknown != nil {
 		a.undo(ctx)
@@ -330,6 +338,8 @@ func (a *acquisition) undo(ctx context.Context) {
 // deletes a lease the owner may hold and takes it out of the queue, waking
 // the next waiter if the lease is free. It is best effort: the lease's TTL
 // and the waiter timeout clean up after it.
+//
+// Model: model/redlease.pml, macro LEAVE.
 func (a *acquisition) leave(ctx context.Context) {
 	for i := range a.resources {
 		_ = a.c.b.eval(ctx, releaseCallOf(a.kind, &a.names[i], a.sk, &a.owner, &a.member, &noMember, a.c.b.sharded()))

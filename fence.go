@@ -67,6 +67,8 @@ func (c *Client) LastFence(ctx context.Context, resource string) (int64, error) 
 //
 // atLeast must be in 1..MaxFence (Lua compares it as a double); other values
 // return ErrInvalidArgument before any round trip.
+//
+// Model: model/redlease.pml, proctype Client, action advance.
 func (c *Client) AdvanceFence(ctx context.Context, resource string, atLeast int64) (int64, error) {
 	cfg, err := c.leaseConfig([]string{resource}, nil)
 	if err != nil {

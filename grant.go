@@ -11,6 +11,8 @@ import (
 // reply (decode), and turn the fences it drew into leases (grant).
 
 // attempt runs the acquire script once and grants the leases it took.
+//
+// Model: model/redlease.pml, macro ATTEMPT (the send) and proctype Client, label acquiring (the reply).
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	sent := a.c.clk.Now() // the leases' deadlines count from here (S3)
 	r, acked := a.send(ctx)
@@ -155,6 +157,8 @@ func (a *acquisition) checkAndRun(ctx context.Context, c call, proceed func() bo
 
 // decode reads an acquire script's reply (see lua/acquire.lua and
 // lua/acquire_all.lua): the fences of the new leases, or a *BusyError.
+//
+// Model: model/redlease.pml, proctype Client, label acquiring (TAKE).
 func (a *acquisition) decode(r reply) ([]int64, error) {
 	if r.vals == nil {
 		if r.n <= 0 {
@@ -272,6 +276,8 @@ func (a *acquisition) grant(ctx context.Context, sent time.Time, fences []int64)
 
 // giveBack ends leases that the acquire call will not hand out, releases
 // them in Redis by owner token (see undo), and returns err.
+//
+// Model: model/redlease.pml, inline start (its DISCARDED branch), then LEAVE.
 func (a *acquisition) giveBack(ctx context.Context, leases []*Lease, err error) error {
 	for _, l := range leases {
 		l.discard(err)

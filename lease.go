@@ -125,6 +125,8 @@ func (l *Lease) Deadline() time.Time {
 // a round trip: a lost lease is never renewed. A request error (matching
 // ErrOutcomeUnknown when the request may have been executed) leaves the lease
 // as it was; the local deadline still applies.
+//
+// Model: model/redlease.pml, proctype Watchdog (actions renew, send, renewed).
 func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
@@ -170,6 +172,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // Once a Release has reached a verdict (nil or ErrLeaseLost), later calls
 // return the same verdict without a round trip, so an explicit Release and a
 // deferred one can both be written.
+//
+// Model: model/redlease.pml, proctype Client, label release.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
@@ -203,6 +207,8 @@ func (l *Lease) release(ctx context.Context) (pending, error) {
 
 // beginRelease ends the lease locally for a Release (l.relMu held). It
 // reports whether Redis is still to be asked; if not, relErr is the verdict.
+//
+// Model: model/redlease.pml, proctype Client, label release.
 func (l *Lease) beginRelease() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -222,6 +228,8 @@ func (l *Lease) beginRelease() bool {
 
 // endRelease records the outcome of a release request (l.relMu held) and
 // returns the event that reports it.
+//
+// Model: model/redlease.pml, proctype Client, label releasing.
 func (l *Lease) endRelease(start time.Time, deleted bool, err error) (pending, error) {
 	if err != nil {
 		err = requestError("release", l.resource, l.c.b.classify(err), err)

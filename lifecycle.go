@@ -68,6 +68,8 @@ func detach(ctx context.Context) context.Context {
 
 // start sets the first local deadline from the send time of the acquire
 // request. It reports false if that deadline has already passed.
+//
+// Model: model/redlease.pml, inline start.
 func (l *Lease) start(sent time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -86,6 +88,8 @@ func (l *Lease) start(sent time.Time) bool {
 
 // onDeadline runs when the local deadline timer fires, and once more a TTL
 // after the lease lapsed.
+//
+// Model: model/redlease.pml, proctype Timer, action deadline.
 func (l *Lease) onDeadline() {
 	l.mu.Lock()
 	var lost pending
@@ -129,6 +133,8 @@ func (l *Lease) lapseCause() error {
 // endLocked moves an active lease to its final state s and ends its
 // context with cause. It returns the EventLost to emit, if s is a loss of a
 // lease that was handed out.
+//
+// Model: model/redlease.pml, the state changes in Timer, Watchdog (renewed) and Client (release).
 func (l *Lease) endLocked(s leaseState, cause error) pending {
 	if l.state != stateActive {
 		return pending{}
@@ -170,6 +176,8 @@ func (l *Lease) untrackLocked() {
 
 // extendLocked moves the local deadline to a renewal's send time plus the
 // local lifetime, if that is later.
+//
+// Model: model/redlease.pml, proctype Watchdog, action renewed.
 func (l *Lease) extendLocked(sent time.Time) {
 	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
 		l.deadline = d
@@ -209,6 +217,8 @@ func (l *Lease) liveUntil() (time.Time, bool) {
 // matching ErrLeaseLost if Redis said it is not ours (the context is then
 // ended), the lease's error if it had ended meanwhile, or the request error.
 // It returns the events to emit: the renewal's, and a loss.
+//
+// Model: model/redlease.pml, proctype Watchdog, action renewed.
 func (l *Lease) renewed(sent time.Time, ok bool, err error) (events [2]pending, rerr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -14,6 +14,8 @@ import (
 // be reached and once that it answers again, not on every retry.
 
 // waitFor attempts until the leases are ours or ctx ends.
+//
+// Model: model/redlease.pml, inline again.
 func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 	a.c.hub.calls.Add(1)
 	defer a.c.hub.calls.Add(-1)

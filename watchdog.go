@@ -180,6 +180,8 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 // request failed (until its local deadline ends it). It emits the batch's
 // events once it no longer counts in goroutines, so that an observer may
 // even call Client.Close, which waits for them.
+//
+// Model: model/redlease.pml, proctype Watchdog, action renew.
 func (w *watchdog) renew(batch []*Lease) {
 	events := w.renewBatch(batch)
 	w.goroutines.Done()
@@ -248,6 +250,8 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 
 // send renews leases, whose earliest local deadline is first, and returns,
 // per lease, whether Redis renewed it and the request error.
+//
+// Model: model/redlease.pml, proctype Watchdog, action send.
 func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []error) {
 	oks, errs = make([]bool, len(leases)), make([]error, len(leases))
 	if len(leases) == 0 {

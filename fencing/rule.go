@@ -11,6 +11,8 @@ import (
 
 // admits applies the fencing rule: may a write with fence and owner follow
 // the newest accepted write, which had newest and newestOwner?
+//
+// Model: model/redlease.pml, inline guard_write.
 func admits(fence int64, owner string, newest int64, newestOwner string) bool {
 	return fence > newest || fence == newest && owner == newestOwner
 }

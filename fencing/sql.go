@@ -161,6 +161,8 @@ func (g *SQLGuard) CreateTable(ctx context.Context, db SQLTx) error {
 // that transaction ends or ctx does. Under PostgreSQL's REPEATABLE READ or
 // SERIALIZABLE a concurrent accepted check makes it fail with a serialization
 // error; retry the whole transaction then.
+//
+// Model: model/redlease.pml, inline guard_write.
 func (g *SQLGuard) Check(ctx context.Context, tx SQLTx, resource string, fence int64, owner string) (err error) {
 	if g != nil && len(g.observers) > 0 {
 		defer func(start time.Time) { reportStale(ctx, g.observers, start, err) }(time.Now())

@@ -1,4 +1,5 @@
 -- acquire: take the lease of one resource if it is free, and draw its fence.
+-- Model: model/redlease.pml, inline acquire_lua (and proctype Other, for a second resource of the slot); a change here is a change there (docs/MODEL.md).
 -- (queue.lua is inserted at the line '--#queue'.)
 -- Go: acquisition.attempt in grant.go.
 --

@@ -1,4 +1,5 @@
 -- acquire_all: take the leases of several resources at once, all or none.
+-- Model: model/redlease.pml, inline acquire_lua, per key; a change here is a change there (docs/MODEL.md).
 -- (queue.lua is inserted at the line '--#queue'.) All keys must be in one
 -- Redis Cluster hash slot; otherwise Redis refuses the script with CROSSSLOT
 -- and the client takes the leases one by one in a global order instead.

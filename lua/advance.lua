@@ -1,4 +1,5 @@
 -- advance: move a fence counter forward to at least a given value.
+-- Model: model/redlease.pml, inline advance_lua; a change here is a change there (docs/MODEL.md).
 -- Go: Client.AdvanceFence in fence.go.
 --
 -- KEYS[1]  fence key  <prefix>{<t>}:fences  a hash slot's counter, never expires

@@ -1,4 +1,5 @@
 -- refresh: compare-and-renew. Extends the lease to the full TTL only while it is ours.
+-- Model: model/redlease.pml, inline refresh_lua; a change here is a change there (docs/MODEL.md).
 --
 -- KEYS[1]  lease key  <prefix>{<resource>}:lease
 -- ARGV[1]  owner token

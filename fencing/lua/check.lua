@@ -1,4 +1,5 @@
 -- fence check: the tail of every fenced script. Go prepends the body as
+-- Model: model/redlease.pml, inline guard_write; a change here is a change there (docs/MODEL.md).
 --
 --   local function body(KEYS, ARGV, FENCE, OWNER) <body> end
 --
