@@ -261,8 +261,16 @@ func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 	var lastUnknown error // an earlier attempt's, whose lease may exist
 	for attempt := 0; ; attempt++ {
 		ls, err := a.attempt(ctx)
-		if err == nil || errors.Is(err, ErrNotAcquired) {
-			return ls, err
+		if err == nil {
+			return ls, nil
+		}
+		if errors.Is(err, ErrNotAcquired) {
+			if lastUnknown != nil {
+				// Busy now, but an earlier attempt of unknown outcome may
+				// still be on its way and land: give back what it may take.
+				a.undo(ctx)
+			}
+			return nil, err
 		}
 		if a.classify(err) != unknown {
 			if lastUnknown != nil {
