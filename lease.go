@@ -11,30 +11,24 @@ import (
 // Lease is a lease held on one resource. Its methods are safe for concurrent
 // use. A Lease must not be copied.
 type Lease struct {
-	c         *Client
-	cfg       *config // shared; never modified
-	resource  string
-	keys      resourceKeys
-	owner     string
-	fence     int64 // set before the lease is handed out; then read-only
-	kind      leaseKind
-	permit    int         // kindPermit: which permit
-	permits   int         // kindPermit: of how many
-	permitArg any         // permit, boxed once for the scripts
-	sk        *sharedKeys // the keys of a shared lease; nil for an exclusive one
-	lifetime  time.Duration
-	interval  time.Duration
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
+	c        *Client
+	cfg      *config // shared; never modified
+	resource string
+	keys     resourceKeys
+	owner    string
+	fence    int64        // set before the lease is handed out; then read-only
+	shared   *sharedLease // nil for an exclusive lease
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
 
 	// The lease's state (lifecycle.go).
 	mu        sync.Mutex
 	state     leaseState
+	out       bool      // handed out by its acquire call; only then are observers told of it
 	acquired  time.Time // send time of the acquire request
 	deadline  time.Time // local deadline, with a monotonic reading
 	holdUntil time.Time // WithMaxHold's limit; zero if none
 	timer     clock.Timer
-	out       bool // handed out by its acquire call; only then are observers told of it
 
 	// Guarded by c.wd.mu (watchdog.go).
 	renewAt time.Time
@@ -145,7 +139,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	}
 	// The watchdog may have given up on the lease (its renewals failed until
 	// the deadline was near): it renews again from here.
-	if next := sent.Add(l.interval); l.cfg.autoRenew && l.renewsUntil(next) {
+	if next := sent.Add(l.cfg.interval()); l.cfg.autoRenew && l.renewsUntil(next) {
 		l.c.wd.schedule(l, next)
 	}
 	return nil

@@ -45,14 +45,13 @@ func (a *acquisition) newLease(ctx context.Context, i int, fence int64) *Lease {
 		keys:     a.names[i],
 		owner:    a.owner,
 		fence:    fence,
-		kind:     a.kind,
-		sk:       a.sk,
-		lifetime: a.cfg.lifetime(),
-		interval: a.cfg.interval(),
 		index:    -1,
 	}
-	if a.kind == kindPermit {
-		l.permit, l.permits, l.permitArg = a.permit, a.permits, permitText(a.permit)
+	if a.kind != kindExclusive {
+		l.shared = &sharedLease{kind: a.kind, keys: a.sk}
+		if a.kind == kindPermit {
+			l.shared.permit, l.shared.permits, l.shared.permitArg = a.permit, a.permits, permitText(a.permit)
+		}
 	}
 	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
 	return l
@@ -77,7 +76,7 @@ func (l *Lease) start(sent time.Time) bool {
 	if l.cfg.maxHold > 0 {
 		l.holdUntil = sent.Add(l.cfg.maxHold)
 	}
-	l.deadline = l.capLocked(sent.Add(l.lifetime))
+	l.deadline = l.capLocked(sent.Add(l.cfg.lifetime()))
 	left := l.deadline.Sub(l.c.clk.Now())
 	if left <= 0 {
 		return false
@@ -179,7 +178,7 @@ func (l *Lease) untrackLocked() {
 //
 // Model: model/redlease.pml, proctype Watchdog, action renewed.
 func (l *Lease) extendLocked(sent time.Time) {
-	if d := l.capLocked(sent.Add(l.lifetime)); d.After(l.deadline) {
+	if d := l.capLocked(sent.Add(l.cfg.lifetime())); d.After(l.deadline) {
 		l.deadline = d
 		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
 	}

@@ -294,7 +294,7 @@ func TestSlowFenceSourceHandsOutNoEndedLease(t *testing.T) {
 	sent := time.Now()
 	l, err := c.TryAcquire(ctx, "r", WithFenceSource(fast))
 	require.NoError(t, err)
-	require.True(t, l.Deadline().After(sent.Add(l.lifetime+40*time.Millisecond)), "the confirm's send time sets the deadline")
+	require.True(t, l.Deadline().After(sent.Add(l.cfg.lifetime()+40*time.Millisecond)), "the confirm's send time sets the deadline")
 	require.NoError(t, l.Release(ctx))
 }
 
@@ -376,5 +376,5 @@ func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
 	c.wd.mu.Lock()
 	defer c.wd.mu.Unlock()
 	require.GreaterOrEqual(t, l.index, 0, "queued for renewal again")
-	require.WithinDuration(t, time.Now().Add(l.interval), l.renewAt, time.Second)
+	require.WithinDuration(t, time.Now().Add(l.cfg.interval()), l.renewAt, time.Second)
 }

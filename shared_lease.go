@@ -28,6 +28,24 @@ type sharedKeys struct {
 	writer, readers, readinfo, readq, wrel, readrel string // read/write leases
 }
 
+// sharedLease is what a shared lease has beyond an exclusive one: kept
+// apart so that the many exclusive leases a process may hold stay small.
+type sharedLease struct {
+	kind      leaseKind
+	keys      *sharedKeys
+	permit    int // kindPermit: which permit
+	permits   int // kindPermit: of how many
+	permitArg any // permit, boxed once for the scripts
+}
+
+// kind returns the lease's kind.
+func (l *Lease) kind() leaseKind {
+	if l.shared == nil {
+		return kindExclusive
+	}
+	return l.shared.kind
+}
+
 func newSharedKeys(prefix, resource string) *sharedKeys {
 	k := func(kind string) string { return key(prefix, resource, kind) }
 	return &sharedKeys{permits: k(kindPermits), holders: k(kindHolders),
@@ -103,19 +121,19 @@ func (c *Client) TryAcquireWrite(ctx context.Context, resource string, opts ...O
 // Semaphore reports the number of permits of the semaphore whose permit
 // the lease holds, and false for every other lease.
 func (l *Lease) Semaphore() (permits int, ok bool) {
-	if l == nil || l.kind != kindPermit {
+	if l == nil || l.kind() != kindPermit {
 		return 0, false
 	}
-	return l.permits, true
+	return l.shared.permits, true
 }
 
 // Permit returns which of its semaphore's permits the lease holds,
 // 0..permits-1; 0 for every other lease.
 func (l *Lease) Permit() int {
-	if l == nil {
+	if l == nil || l.kind() != kindPermit {
 		return 0
 	}
-	return l.permit
+	return l.shared.permit
 }
 
 func (c *Client) acquireShared(ctx context.Context, resource string, kind leaseKind, permits int, opts []Option, wait bool) (*Lease, error) {
@@ -177,15 +195,19 @@ func (a *acquisition) decodeShared(r reply) ([]int64, error) {
 
 // refreshCall is the lease's compare-and-renew call.
 func (l *Lease) refreshCall() call {
-	switch l.kind {
+	if l.shared == nil {
+		return refreshCall(&l.keys.lease, &l.owner, l.cfg.ttlArg)
+	}
+	sk := l.shared.keys
+	switch l.shared.kind {
 	case kindPermit:
-		return call{s: semaphoreRefreshScript, words: []any{nil, nil, 2, &l.sk.permits, &l.sk.holders,
-			&l.owner, l.permitArg, l.cfg.ttlArg}, kind: intReply}
+		return call{s: semaphoreRefreshScript, words: []any{nil, nil, 2, &sk.permits, &sk.holders,
+			&l.owner, l.shared.permitArg, l.cfg.ttlArg}, kind: intReply}
 	case kindRead:
-		return call{s: readRefreshScript, words: []any{nil, nil, 2, &l.sk.readers, &l.sk.readinfo,
+		return call{s: readRefreshScript, words: []any{nil, nil, 2, &sk.readers, &sk.readinfo,
 			&l.owner, l.cfg.ttlArg}, kind: intReply}
 	case kindWrite:
-		return refreshCall(&l.sk.writer, &l.owner, l.cfg.ttlArg)
+		return refreshCall(&sk.writer, &l.owner, l.cfg.ttlArg)
 	}
 	return refreshCall(&l.keys.lease, &l.owner, l.cfg.ttlArg)
 }
@@ -210,7 +232,10 @@ func releaseCallOf(kind leaseKind, k *resourceKeys, sk *sharedKeys, owner, membe
 
 // releaseCall is the lease's release call.
 func (l *Lease) releaseCall(member *string) call {
-	return releaseCallOf(l.kind, &l.keys, l.sk, &l.owner, member, l.permitArg, l.c.b.sharded())
+	if l.shared == nil {
+		return releaseCall(&l.keys, &l.owner, member, l.c.b.sharded())
+	}
+	return releaseCallOf(l.shared.kind, &l.keys, l.shared.keys, &l.owner, member, l.shared.permitArg, l.c.b.sharded())
 }
 
 // permitText is a permit's script argument.

@@ -155,7 +155,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		// leases taken at nearly the same time share a pipeline.
 		for len(w.queue) > 0 && len(batch) < maxBatch {
 			next := w.queue[0]
-			if next.renewAt.Sub(now) > next.interval/10 {
+			if next.renewAt.Sub(now) > next.cfg.interval()/10 {
 				break
 			}
 			batch = append(batch, heap.Pop(&w.queue).(*Lease))
@@ -225,11 +225,11 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 			}
 		}
 		if err == nil {
-			if next := sent.Add(l.interval); l.renewsUntil(next) {
+			if next := sent.Add(l.cfg.interval()); l.renewsUntil(next) {
 				again = append(again, requeue{l, next})
 			}
 		} else if errs[i] != nil { // request failed: try again while time is left
-			at := w.clk.Now().Add(max(l.interval/4, time.Millisecond))
+			at := w.clk.Now().Add(max(l.cfg.interval()/4, time.Millisecond))
 			if at.Before(l.Deadline()) {
 				again = append(again, requeue{l, at})
 			}
