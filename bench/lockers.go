@@ -317,6 +317,50 @@ func (l *fencedLocker) Unlock(ctx context.Context) error {
 	return err
 }
 
+// fencedArgsLocker runs the fenced floor's two scripts with the keys and
+// arguments that redlease's scripts take (the waiting queue's keys, the
+// wake channel, flags, queue member, holder description), which these
+// scripts ignore: what carrying them costs, apart from what redlease's
+// scripts do with them.
+type fencedArgsLocker struct {
+	rawLocker
+}
+
+func (l *fencedArgsLocker) Lock(ctx context.Context, key string) error {
+	if key != l.key {
+		p := "redlease:{" + key + "}:"
+		l.key = key
+		l.acqKeys = []string{p + "lease", p + "fences", p + "queue", p + "alive"}
+		l.relKeys = []string{p + "lease", p + "queue", p + "alive", p + "released"}
+		l.wake = p + "wake"
+	}
+	l.n++
+	l.owner = l.base + strconv.FormatUint(l.n, 36)
+	f, err := fencedScript.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw", holder).Int64()
+	if err == nil && f <= 0 {
+		err = errBusy
+	}
+	return err
+}
+
+func (l *fencedArgsLocker) Unlock(ctx context.Context) error {
+	n, err := fencedDelScript.EvalSha(ctx, l.rdb, l.relKeys, l.owner, l.wake, "0", "").Int64()
+	if err == nil && n != 1 {
+		err = errors.New("raw: delete did not delete the lock")
+	}
+	return err
+}
+
+func fencedArgsImpl() impl {
+	return impl{
+		name:   nameFencedArgs,
+		shared: func(*redis.Client) any { return nil },
+		locker: func(rdb *redis.Client, _ any) locker {
+			return &fencedArgsLocker{rawLocker{rdb: rdb, base: uniqueBase()}}
+		},
+	}
+}
+
 func fencedImpl() impl {
 	return impl{
 		name:   nameFenced,

@@ -118,7 +118,7 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error
 	if slices.Contains(parts, "pairs") {
 		logf("uncontended pairs: %d × %d rounds", p.pairs, p.pairRounds)
 		rep.pairs, err = uncontended(ctx, srv, []impl{
-			raw, setnx, fencedImpl(), rl,
+			raw, setnx, fencedImpl(), fencedArgsImpl(), rl,
 			redleaseImpl(nameRLTry, true),
 			rlNoRenew, redleaseCtxImpl(),
 			bsmDefault, rsDefault,
@@ -129,7 +129,7 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error
 	}
 	if slices.Contains(parts, "parallel") {
 		logf("parallel distinct keys")
-		rep.parallel, err = parallel(ctx, srv, []impl{raw, setnx, fencedImpl(), rl, rlNoRenew, bsmDefault, rsDefault}, []int{8, 64}, p.parDur, p.parRounds)
+		rep.parallel, err = parallel(ctx, srv, []impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlNoRenew, bsmDefault, rsDefault}, []int{8, 64}, p.parDur, p.parRounds)
 		if err != nil {
 			return err
 		}

@@ -101,19 +101,20 @@ func (r *report) hotOf(name string, n int) *hotResult {
 }
 
 const (
-	nameRaw       = "go-redis, redlease's scripts by hand"
-	nameSetNX     = "go-redis, SET NX + compare-and-delete"
-	nameFenced    = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
-	nameRLCtx     = "redlease, 3 s context"
-	nameRL        = "redlease"
-	nameBSM       = "bsm/redislock, defaults"
-	nameBSMHot    = "bsm/redislock, 100 ms retry (its example)"
-	nameBSMFast   = "bsm/redislock, 1 ms retry"
-	nameRS        = "redsync, defaults"
-	nameRSFast    = "redsync, 1 ms retry"
-	nameRLFair    = "redlease, WithFair"
-	nameRLTry     = "redlease, TryAcquire"
-	nameRLNoRenew = "redlease, auto-renew off"
+	nameRaw        = "go-redis, redlease's scripts by hand"
+	nameSetNX      = "go-redis, SET NX + compare-and-delete"
+	nameFenced     = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
+	nameFencedArgs = "go-redis, the same fenced scripts sent with redlease's keys and arguments"
+	nameRLCtx      = "redlease, 3 s context"
+	nameRL         = "redlease"
+	nameBSM        = "bsm/redislock, defaults"
+	nameBSMHot     = "bsm/redislock, 100 ms retry (its example)"
+	nameBSMFast    = "bsm/redislock, 1 ms retry"
+	nameRS         = "redsync, defaults"
+	nameRSFast     = "redsync, 1 ms retry"
+	nameRLFair     = "redlease, WithFair"
+	nameRLTry      = "redlease, TryAcquire"
+	nameRLNoRenew  = "redlease, auto-renew off"
 )
 
 func (r *report) markdown() string {
@@ -199,7 +200,10 @@ func (r *report) markdown() string {
 		}
 	}
 	w(".\n\nThe raw go-redis rows are the floors: redlease's own two scripts sent by hand with EVALSHA (keys built once, a " +
-		"counter for the owner token), and the peers' SET NX PX plus a compare-and-delete script. \"redlease\" is `Acquire` with " +
+		"counter for the owner token); the peers' SET NX PX plus a compare-and-delete script; the floor of any fenced lock, a " +
+		"script that increments a counter and takes the lock with SET NX PX, and a compare-and-delete; and those two fenced " +
+		"scripts sent with the keys and arguments redlease's scripts take (the waiting queue's keys, the wake channel, flags, " +
+		"queue member, holder description), which they ignore: the price of carrying them. \"redlease\" is `Acquire` with " +
 		"the defaults (auto-renew on, so each lease is scheduled with the watchdog and unscheduled at release).\n\n")
 
 	w("## 2. Parallel, distinct keys\n\n")
