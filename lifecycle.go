@@ -105,7 +105,7 @@ func (l *Lease) onDeadline() {
 		l.c.untrack(l)
 	}
 	l.mu.Unlock()
-	lost.emit(nil)
+	lost.emit(context.Background()) // lease events carry the lease's own context
 }
 
 // capLocked limits a deadline to the maximum hold.

@@ -186,7 +186,7 @@ func (w *watchdog) renew(batch []*Lease) {
 	events := w.renewBatch(batch)
 	w.goroutines.Done()
 	for _, p := range events {
-		p.emit(nil)
+		p.emit(context.Background()) // renewal events carry the lease's own context
 	}
 }
 
