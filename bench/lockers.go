@@ -224,7 +224,9 @@ var ttlMS = ttl.Milliseconds()
 // holder is the holder description redlease sends by default.
 var holder = redlease.DefaultHolder()
 
-func (l *rawLocker) Lock(ctx context.Context, key string) error {
+// next sets the keys for key, if they are not set already, and draws the
+// next owner token.
+func (l *rawLocker) next(key string) {
 	if key != l.key {
 		p := "redlease:{" + key + "}:"
 		l.key = key
@@ -236,6 +238,10 @@ func (l *rawLocker) Lock(ctx context.Context, key string) error {
 	}
 	l.n++
 	l.owner = l.base + strconv.FormatUint(l.n, 36)
+}
+
+func (l *rawLocker) Lock(ctx context.Context, key string) error {
+	l.next(key)
 	// ARGV: owner, TTL, waiter timeout (0: do not queue), fair, queued, queue
 	// member, holder description. Reply: the fence (> 0), or an array when busy.
 	fence, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw", holder).Int64()
@@ -327,15 +333,7 @@ type fencedArgsLocker struct {
 }
 
 func (l *fencedArgsLocker) Lock(ctx context.Context, key string) error {
-	if key != l.key {
-		p := "redlease:{" + key + "}:"
-		l.key = key
-		l.acqKeys = []string{p + "lease", p + "fences", p + "queue", p + "alive"}
-		l.relKeys = []string{p + "lease", p + "queue", p + "alive", p + "released"}
-		l.wake = p + "wake"
-	}
-	l.n++
-	l.owner = l.base + strconv.FormatUint(l.n, 36)
+	l.next(key)
 	f, err := fencedScript.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw", holder).Int64()
 	if err == nil && f <= 0 {
 		err = errBusy
