@@ -108,6 +108,39 @@ func TestAcquireKeepsItsDeadline(t *testing.T) {
 	}
 }
 
+// An attempt whose caller stopped waiting at its deadline, after the
+// request was sent, gives back what the request took once its reply
+// arrives: the caller's own give-up release may have run before the request
+// reached Redis, and nobody else would ever release that lease.
+func TestAcquireAbandonedAfterSendingGivesTheLeaseBack(t *testing.T) {
+	srv := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb)
+	defer c.Close(context.Background())
+	warm(t, c) // so that the next acquire is sent without a check first
+
+	// The acquire request reaches Redis 1.5 s late; the give-up release,
+	// sent once the delay is lifted, before it.
+	proxy.Delay(servertest.ToServer, 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Acquire(ctx, "late")
+	proxy.Delay(servertest.ToServer, 0)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "the request was sent")
+	require.Less(t, time.Since(start), time.Second, "the deadline was kept")
+
+	direct := srv.Client(t)
+	lease, released := "redlease:{late}:lease", "redlease:{late}:released"
+	servertest.WaitFor(t, 20*time.Second, func() bool { // the TTL is 30 s
+		return direct.Exists(context.Background(), released).Val() == 1
+	})
+	require.Zero(t, direct.Exists(context.Background(), lease).Val(), "the late grant was given back")
+}
+
 // A wait that meets an outage says so once, at Warn, and once at Info when
 // Redis answers again, and goes on to take the lease; observers see both.
 // (A wait with a context that never ends used to wait silently forever.)

@@ -79,27 +79,10 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 	if d, ok := ctx.Deadline(); !ok || a.c.b.bounded(d) {
 		return a.checkAndRun(ctx, c, nil)
 	}
-	var (
-		mu        sync.Mutex
-		sending   bool // the check is done: the acquire is on its way
-		abandoned bool
-		r         reply
-		acked     int64
-		done      = make(chan struct{})
-	)
+	f := &inflight{done: make(chan struct{})}
 	started := a.c.spawn(func() {
-		rr, n := a.checkAndRun(ctx, c, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			sending = !abandoned
-			return sending
-		})
-		mu.Lock()
-		r, acked = rr, n
-		late := abandoned && sending
-		mu.Unlock()
-		close(done)
-		if late && a.classify(rr.err) != notSent {
+		r, acked := a.checkAndRun(ctx, c, f.sending)
+		if f.finish(r, acked) && a.classify(r.err) != notSent {
 			lctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
 			a.leave(lctx)
 			cancel()
@@ -109,28 +92,65 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 		return a.checkAndRun(ctx, c, nil)
 	}
 	select {
-	case <-done:
-		return r, acked
+	case <-f.done:
+		return f.r, f.acked
 	case <-ctx.Done():
+		return f.abandon(ctx)
 	}
+}
+
+// inflight is an acquire attempt on a goroutine of its own, which its
+// caller stops waiting for at its context's end.
+type inflight struct {
+	mu        sync.Mutex
+	isSending bool // the check is done: the acquire is on its way
+	abandoned bool
+	r         reply // set before done is closed
+	acked     int64
+	done      chan struct{}
+}
+
+// sending reports, once the attempt's checks are done, whether it may still
+// send: not if its caller has stopped waiting.
+func (f *inflight) sending() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.isSending = !f.abandoned
+	return f.isSending
+}
+
+// finish records the attempt's reply, and reports whether the attempt was
+// sent after its caller had stopped waiting: then nobody will take what it
+// may have acquired, and the attempt must give it back.
+func (f *inflight) finish(r reply, acked int64) (late bool) {
+	f.mu.Lock()
+	f.r, f.acked = r, acked
+	late = f.abandoned && f.isSending
+	f.mu.Unlock()
+	close(f.done)
+	return late
+}
+
+// abandon stops waiting for the attempt, whose caller's ctx has ended.
+func (f *inflight) abandon(ctx context.Context) (reply, int64) {
 	// A Redis that answers at all answers within microseconds: give it a
 	// moment, so that a deadline that falls while the reply is on its way
 	// does not turn a plain busy or granted reply into an unknown outcome.
 	t := time.NewTimer(abandonSlack)
 	select {
-	case <-done:
+	case <-f.done:
 	case <-t.C:
 	}
 	t.Stop()
-	mu.Lock()
-	defer mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	select {
-	case <-done: // the reply won the race after all
-		return r, acked
+	case <-f.done: // the reply won the race after all
+		return f.r, f.acked
 	default:
 	}
-	abandoned = true
-	if !sending {
+	f.abandoned = true
+	if !f.isSending {
 		return reply{err: &unreachableError{errorf("%w: %w", errNoAnswer, context.Cause(ctx))}}, 0
 	}
 	return reply{err: context.Cause(ctx)}, 0

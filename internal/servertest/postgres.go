@@ -107,23 +107,10 @@ func launchPostgres() (string, error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // do not outlive a test binary that crashes
-	if os.Geteuid() == 0 {
-		cred, err := postgresUser()
-		if err != nil {
-			return "", err
-		}
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return "", err
-		}
-		attr.Credential = cred
-	}
 	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
-		"-E", "UTF8", "--locale=C", "--no-sync")
-	initdb.Dir, initdb.SysProcAttr = dir, attr
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("initdb: %v\n%s", err, out)
+	attr, err := initPostgres(bin, dir, data)
+	if err != nil {
+		return "", err
 	}
 	logPath := filepath.Join(dir, "postgres.log")
 	var lastErr error
@@ -158,6 +145,29 @@ func launchPostgres() (string, error) {
 	}
 	log, _ := os.ReadFile(logPath)
 	return "", fmt.Errorf("postgres did not start: %v\n%s", lastErr, log)
+}
+
+// initPostgres initialises a cluster in data, below dir, and returns the
+// attributes its processes run with.
+func initPostgres(bin, dir, data string) (*syscall.SysProcAttr, error) {
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // do not outlive a test binary that crashes
+	if os.Geteuid() == 0 {
+		cred, err := postgresUser()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, err
+		}
+		attr.Credential = cred
+	}
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.Dir, initdb.SysProcAttr = dir, attr
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
+	}
+	return attr, nil
 }
 
 func postgresUser() (*syscall.Credential, error) {
