@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlease/redlease/internal/servertest"
@@ -311,4 +312,65 @@ func TestDoReleasesOnEveryPath(t *testing.T) {
 	require.ErrorIs(t, err, ErrLeaseLost, "a lease lost during fn is reported")
 
 	require.ErrorIs(t, c.Do(ctx, "r", nil), ErrInvalidArgument)
+}
+
+// A lease whose fence comes from a fence source keeps the mark that others
+// wait for it, also without a holder description, so its release wakes the
+// next waiter. (confirm.lua wrote a marked "owner:fence\x00" back without
+// the mark, and the release woke nobody: the last waiter polled.)
+func TestFenceSourceKeepsTheWaitedForMark(t *testing.T) {
+	srv := servertest.Redis(t)
+	direct := srv.Client(t)
+	c := New(srv.Client(t), WithFenceSource(&counterFences{}), WithHolder(""))
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	got := make(chan *Lease, 2)
+	for range 2 {
+		go func() {
+			l, err := c.Acquire(ctx, "r")
+			assert.NoError(t, err)
+			got <- l
+		}()
+	}
+	servertest.WaitFor(t, 10*time.Second, func() bool { return direct.ZCard(ctx, "redlease:{r}:queue").Val() == 2 })
+	require.NoError(t, a.Release(ctx))
+	next := servertest.Recv(t, got, 10*time.Second)
+	require.NotNil(t, next)
+	v := direct.Get(ctx, "redlease:{r}:lease").Val()
+	require.True(t, strings.HasSuffix(v, "\x00"), "another waits, so the lease is marked: %q", v)
+	require.NoError(t, next.Release(ctx))
+	last := servertest.Recv(t, got, 10*time.Second)
+	require.NotNil(t, last)
+	require.NoError(t, last.Release(ctx))
+}
+
+// AcquireAll reports a busy holder's description without the waited-for
+// mark, as TryAcquire does. (It reported "h1\x00".)
+func TestAcquireAllBusyHolderHasNoMark(t *testing.T) {
+	srv := servertest.Redis(t)
+	direct := srv.Client(t)
+	c := New(srv.Client(t))
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := c.TryAcquire(ctx, "x", WithHolder("h1"))
+	require.NoError(t, err)
+	defer a.Release(ctx)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() { _, _ = c.Acquire(wctx, "x") }() // marks the lease as waited for
+	servertest.WaitFor(t, 10*time.Second, func() bool {
+		return strings.HasSuffix(direct.Get(ctx, "redlease:{x}:lease").Val(), "\x00")
+	})
+	for _, try := range []func() error{
+		func() error { _, err := c.TryAcquire(ctx, "x"); return err },
+		func() error { _, err := c.TryAcquireAll(ctx, []string{"x", "y"}); return err },
+	} {
+		var busy *BusyError
+		require.ErrorAs(t, try(), &busy)
+		require.Equal(t, "h1", busy.Holder)
+	}
 }

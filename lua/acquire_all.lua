@@ -37,7 +37,7 @@ for i = 1, n do
     if timeout > 0 and first(queue, alive) == member then
       head = 1
     end
-    return {0, redis.call('PTTL', KEYS[4 * i - 3]), head, i, string.match(cur, '^[^:]*:%d+:(.*)$') or ''}
+    return {0, redis.call('PTTL', KEYS[4 * i - 3]), head, i, string.match(cur, '^[^:]*:%d+:([^%z]*)') or ''}
   end
 end
 local out = {1}

@@ -10,12 +10,15 @@
 -- ARGV[3]  TTL in milliseconds
 --
 -- Returns 1 if the lease was ours and now stores the fence (with the full
--- TTL again, and its holder description as it was), 0 if it has expired or
+-- TTL again, and its holder description and waited-for mark as they were), 0 if it has expired or
 -- belongs to another owner.
 local cur = redis.call('GET', KEYS[1])
 local mine = ARGV[1] .. ':'
 if cur and string.sub(cur, 1, #mine) == mine then
-  local holder = string.match(cur, '^[^:]*:%d+(:.*)$') or ''
+  -- Everything after the fence: the holder description and the mark that
+  -- others wait for the lease (a NUL byte, see acquire.lua), either of
+  -- which may be missing.
+  local holder = string.match(cur, '^[^:]*:%d+(.*)$')
   redis.call('SET', KEYS[1], mine .. ARGV[2] .. holder, 'PX', ARGV[3])
   return 1
 end
