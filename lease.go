@@ -126,10 +126,16 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return invalidf("nil Lease")
 	}
 	sent := l.c.clk.Now() // before the check, as in the watchdog (S4)
-	if err := l.activeErr(); err != nil {
-		return err
+	deadline, live := l.liveUntil()
+	if !live {
+		return l.activeErr()
 	}
-	r := l.c.b.eval(ctx, l.refreshCall())
+	// As in the watchdog: no request (nor go-redis retry of one) is sent
+	// once the lease has ended locally, so a renewal never extends in Redis
+	// a lease whose holder has been told it is lost.
+	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(l.c.clk.Now()))
+	defer cancel()
+	r := l.c.b.eval(rctx, l.refreshCall())
 	events, err := l.renewed(sent, r.n == 1, r.err)
 	for _, p := range events {
 		p.emit(ctx)

@@ -690,3 +690,34 @@ func TestHugeResourceNamesAreCutInMessages(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.Less(t, len(err.Error()), 512)
 }
+
+// Refresh sends no renewal once the lease has ended locally: one that waits
+// for a connection past the local deadline gives up instead of renewing in
+// Redis a lease whose holder was told it is lost. (Refresh sent it late, and
+// Redis held the lease for another full TTL.)
+func TestRefreshIsNotSentAfterTheLeaseEnded(t *testing.T) {
+	srv := servertest.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, PoolTimeout: 20 * time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const ttl = 3 * time.Second
+	c := New(rdb, WithTTL(ttl), WithAutoRenew(false))
+	defer c.Close(context.Background())
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	// Redis keeps the lease for the drift allowance and the safety margin
+	// (330 ms) past the local deadline; the pool's only connection is busy
+	// until halfway through that.
+	conn := rdb.Conn()
+	require.NoError(t, conn.Ping(ctx).Err())
+	gap := ttl - l.cfg.lifetime()
+	go func() {
+		time.Sleep(time.Until(l.Deadline().Add(gap / 2)))
+		_ = conn.Close()
+	}()
+	require.Error(t, l.Refresh(ctx))
+	<-l.Context().Done()
+	time.Sleep(time.Until(l.Deadline().Add(gap/2 + 100*time.Millisecond))) // the connection is free again
+	pttl := srv.Client(t).PTTL(ctx, "redlease:{r}:lease").Val()
+	require.Less(t, pttl, time.Second, "no renewal after the lease ended (PTTL %v)", pttl)
+}
