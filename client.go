@@ -88,6 +88,15 @@ func (c *Client) Close(ctx context.Context) error {
 	if c == nil || c.err != nil {
 		return nil
 	}
+	events, err := c.close(ctx)
+	for i := range events { // after closeMu: an observer may call the Client, Close too
+		events[i].emit(ctx)
+	}
+	return err
+}
+
+// close is Close, up to the release events, which it returns.
+func (c *Client) close(ctx context.Context) ([]pending, error) {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	c.mu.Lock()
@@ -97,9 +106,13 @@ func (c *Client) Close(ctx context.Context) error {
 		leases = append(leases, l)
 	}
 	c.mu.Unlock()
-	var errs []error
+	var (
+		errs   []error
+		events []pending
+	)
 	for from := 0; from < len(leases); from += maxBatch {
-		errs = append(errs, c.releaseBatch(ctx, leases[from:min(from+maxBatch, len(leases))])...)
+		evs, es := c.releaseBatch(ctx, leases[from:min(from+maxBatch, len(leases))])
+		events, errs = append(events, evs...), append(errs, es...)
 	}
 	c.mu.Lock()
 	c.bgClosed = true // no more bg.Add: Wait may not race with one
@@ -112,12 +125,13 @@ func (c *Client) Close(ctx context.Context) error {
 	if len(errs) > most {
 		errs = append(errs[:most], errorf("%d more leases not released", len(errs)-most))
 	}
-	return errors.Join(errs...)
+	return events, errors.Join(errs...)
 }
 
 // releaseBatch releases leases as Release does, in one pipeline, bounded by
-// the longest release timeout among them and by ctx's deadline.
-func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
+// the longest release timeout among them and by ctx's deadline. It returns
+// the release events, for the caller to emit once it holds no lock.
+func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) ([]pending, []error) {
 	var (
 		start   = c.clk.Now()
 		locked  []*Lease
@@ -161,10 +175,7 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) []error {
 	for _, l := range locked {
 		l.relMu.Unlock()
 	}
-	for i := range events { // after the locks: an observer may call the lease
-		events[i].emit(ctx)
-	}
-	return errs
+	return events, errs
 }
 
 // trackAll adds the leases of one acquire call to the set that Close

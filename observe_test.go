@@ -187,3 +187,24 @@ func TestObserverMayCloseTheClient(t *testing.T) {
 	require.NoError(t, servertest.Recv(t, closed, 5*time.Second))
 	require.ErrorIs(t, context.Cause(l.Context()), ErrReleased, "Close released the lease")
 }
+
+// An observer of the release events that Close emits may call the Client,
+// Close included. (Close emitted them holding its lock, and an observer that
+// called Close deadlocked.)
+func TestObserverOfCloseMayCallClose(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	var c *Client
+	inner := make(chan error, 1)
+	c = New(rdb, WithObserver(ObserverFunc(func(ctx context.Context, e Event) {
+		if e.Kind == EventRelease {
+			_, _ = c.Inspect(ctx, e.Resource)
+			inner <- c.Close(ctx)
+		}
+	})))
+	_, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- c.Close(t.Context()) }()
+	require.NoError(t, servertest.Recv(t, done, 5*time.Second))
+	require.NoError(t, servertest.Recv(t, inner, 5*time.Second))
+}
