@@ -82,7 +82,7 @@ func (a *acquisition) send(ctx context.Context) (reply, int64) {
 	f := &inflight{done: make(chan struct{})}
 	started := a.c.spawn(func() {
 		r, acked := a.checkAndRun(ctx, c, f.sending)
-		if f.finish(r, acked) && a.classify(r.err) != notSent {
+		if f.finish(r, acked) && (r.err == nil || a.classify(r.err) != notSent) {
 			lctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
 			a.leave(lctx)
 			cancel()

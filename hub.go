@@ -314,6 +314,16 @@ func (h *hub) releaseLocked(sub *subConn) bool {
 // sleep waits for d, a wake-up (wake may be nil), or the end of ctx (then
 // returning its cause) or of the Client.
 func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+	// An end that came first wins: the select below picks at random among
+	// ready cases, and d may be 0.
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-h.closed:
+		return ErrClientClosed
+	default:
+	}
 	t := h.clk.NewTimer(d)
 	defer t.Stop()
 	h.asleep.Add(1)

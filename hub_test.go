@@ -2,6 +2,7 @@ package redlease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease/internal/servertest"
+	"github.com/stretchr/testify/require"
 )
 
 // dropIdle sends its UNSUBSCRIBE outside h.mu; a waiter that joins the
@@ -130,4 +132,21 @@ func TestHubClosesSubscriptionsWithoutItsLock(t *testing.T) {
 		t.Fatalf("join+leave (no I/O) of an unrelated resource took %v: h.mu was held across a PubSub reconnect", time.Since(start))
 	}
 	p.Heal()
+}
+
+// A sleep whose context has ended, or whose Client has closed, returns that
+// end, also when asked to sleep for 0. (It returned nil about half the time,
+// and the acquire call tried once more on a dead context.)
+func TestHubSleepReturnsAnEndThatCameFirst(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	h := newHub(newGoRedis(rdb))
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("gone"))
+	for range 200 {
+		require.EqualError(t, h.sleep(ctx, nil, 0), "gone")
+	}
+	h.close()
+	for range 200 {
+		require.ErrorIs(t, h.sleep(context.Background(), nil, 0), ErrClientClosed)
+	}
 }

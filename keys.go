@@ -78,7 +78,9 @@ func key(prefix, resource, kind string) string {
 // instead of six on the acquire and release paths.
 func keys(prefix, resource string) resourceKeys {
 	var b strings.Builder
-	b.Grow(6*(len(prefix)+len(resource)+3) + len(prefix) + 6 +
+	// Five names of the form prefix{resource}:kind, and the fence counter's
+	// prefix{tag}:fences with its 3-byte slot tag.
+	b.Grow(5*(len(prefix)+len(resource)+3) + len(prefix) + 3 + 3 +
 		len(kindLease+kindFences+kindQueue+kindAlive+kindReleased+kindWake))
 	name := func(tag, kind string) string {
 		start := b.Len()
