@@ -18,12 +18,14 @@ import (
 // retries a few times with the same owner token, which the acquire script
 // recognises, so a retry never creates a second holder or draws a second
 // fence. If the outcome is still unknown, it returns an error matching both
-// ErrNotAcquired and ErrOutcomeUnknown, and releases by owner token in the
-// background (best effort, bounded by the release timeout); the TTL removes
-// a lease that the release could not reach.
+// ErrNotAcquired and ErrOutcomeUnknown, after releasing by owner token (best
+// effort, bounded by the release timeout, and sent in the background when
+// ctx's deadline is nearer than that); the TTL removes a lease that the
+// release could not reach.
 //
-// It returns by ctx's deadline, even when Redis is silent and the go-redis
-// client does not bound requests by their context (ContextTimeoutEnabled).
+// It returns within 50 ms of ctx's deadline (the time it gives a reply
+// already on its way), even when Redis is silent and the go-redis client
+// does not bound requests by their context (ContextTimeoutEnabled).
 // The lease's context keeps the values of ctx but not its cancellation.
 func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	ls, err := c.acquire(ctx, []string{resource}, opts, false, kindExclusive, 0) // the slice does not escape
@@ -49,9 +51,9 @@ func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option
 // ends first, Acquire leaves the queue and returns an error that matches
 // both ErrNotAcquired and ctx.Err() and holds the last attempt's error, if
 // Redis could not be reached (a refused connection matches
-// syscall.ECONNREFUSED). It returns by ctx's deadline, as TryAcquire does;
-// unknown outcomes are resolved as in TryAcquire, retrying with the same
-// owner token for as long as ctx allows.
+// syscall.ECONNREFUSED). It returns within 50 ms of ctx's deadline, as
+// TryAcquire does; unknown outcomes are resolved as in TryAcquire, retrying
+// with the same owner token for as long as ctx allows.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	ls, err := c.acquire(ctx, []string{resource}, opts, true, kindExclusive, 0) // the slice does not escape
 	if err != nil {

@@ -62,10 +62,11 @@ func (a *acquisition) run(ctx context.Context, c call) (reply, int64) {
 	return a.c.b.eval(ctx, c), 0
 }
 
-// send runs the attempt, by ctx's deadline, after making sure that Redis
-// can be reached (see backend.connect): an attempt is not sent into an
-// outage, where its outcome could only be unknown. A failure of that check
-// is an unreachableError: nothing of the acquire was sent.
+// send runs the attempt, returning within abandonSlack of ctx's deadline,
+// after making sure that Redis can be reached (see backend.connect): an
+// attempt is not sent into an outage, where its outcome could only be
+// unknown. A failure of that check is an unreachableError: nothing of the
+// acquire was sent.
 //
 // A client that bounds requests by their context keeps the deadline itself,
 // and so do the client's own timeouts for a deadline further away than they
