@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func RedisConf(tb testing.TB, conf string, args ...string) *Server {
 			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)))
 		argv = append(argv, args...)
 		s.bin, s.argv = bin, argv
-		s.cmd = exec.Command(bin, argv...)
+		s.cmd = s.command()
 		if err := s.cmd.Start(); err != nil {
 			tb.Fatalf("start redis-server: %v", err)
 		}
@@ -163,13 +164,21 @@ func (s *Server) waitReady(limit time.Duration) error {
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	s.Stop()
-	s.cmd = exec.Command(s.bin, s.argv...)
+	s.cmd = s.command()
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("restart redis-server: %v", err)
 	}
 	if err := s.waitReady(10 * time.Second); err != nil {
 		tb.Fatalf("redis-server did not restart: %v", err)
 	}
+}
+
+// command is the server's command line, for a process that dies with the
+// test binary: one killed (a timeout, ^C) leaves no server behind.
+func (s *Server) command() *exec.Cmd {
+	cmd := exec.Command(s.bin, s.argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
 }
 
 // Signal sends sig (SIGSTOP, SIGCONT) to the server process.
