@@ -83,8 +83,10 @@ type reply struct {
 type errorClass uint8
 
 const (
-	// notSent: the request was never written to a connection (a refused
-	// dial, no connection from the pool, a closed client).
+	// notSent: the request was not run: never written to a connection (a
+	// refused dial, no connection from the pool, a closed client), or
+	// answered by a Redis that runs nothing now (loading its data, a
+	// replica, no quorum, a script over its time limit).
 	notSent errorClass = iota
 	// refused: Redis answered with an error; the script did not run, or ran
 	// and raised it.

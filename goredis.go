@@ -277,12 +277,29 @@ func (g *goRedis) connect(ctx context.Context, key string) error {
 
 func (g *goRedis) classify(err error) errorClass {
 	switch {
+	case unavailable(err):
+		return notSent
 	case shared.IsServerError(err):
 		return refused
 	case !shared.MayHaveReached(err):
 		return notSent
 	}
 	return unknown
+}
+
+// unavailable reports whether err is an error reply by which Redis says it
+// runs nothing now, the request included: it is loading its data, is a
+// replica, has no master or cluster quorum, too few replicas or too many
+// clients, or is running a script that overran its time limit. Such an
+// outage is ridden out as one where Redis cannot be reached (go-redis
+// retries the same errors, but only a few times).
+func unavailable(err error) bool {
+	if redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsNoReplicasError(err) {
+		return true
+	}
+	return shared.IsServerError(err) && strings.HasPrefix(err.Error(), "BUSY ")
 }
 
 func (g *goRedis) bounded(d time.Time) bool {

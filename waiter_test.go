@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -460,5 +461,40 @@ func (h closeAfterSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.c.mu.Unlock()
 		}
 		return err
+	}
+}
+
+// A wait rides out a Redis that answers that it runs nothing now (LOADING
+// after a restart, and the like), as it rides out one it cannot reach; a
+// TryAcquire says the request was not run. (The wait gave up at the first
+// such answer.)
+func TestWaitRidesOutARedisThatIsLoading(t *testing.T) {
+	for _, reply := range []string{
+		"LOADING Redis is loading the dataset in memory",
+		"READONLY You can't write against a read only replica.",
+		"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+	} {
+		t.Run(strings.Fields(reply)[0], func(t *testing.T) {
+			mr, rdb := servertest.Mini(t)
+			c := New(rdb)
+			defer c.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			mr.SetError(reply)
+			_, err := c.TryAcquire(ctx, "r")
+			require.ErrorIs(t, err, ErrNotAcquired)
+			require.NotErrorIs(t, err, ErrOutcomeUnknown, "the request was not run")
+			got := make(chan error, 1)
+			go func() {
+				l, err := c.Acquire(ctx, "r")
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				got <- err
+			}()
+			time.Sleep(1500 * time.Millisecond) // longer than go-redis's own retries
+			mr.SetError("")
+			require.NoError(t, servertest.Recv(t, got, 15*time.Second))
+		})
 	}
 }
