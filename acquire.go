@@ -149,6 +149,12 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
+	if len(resources) > 1 && c.b.sharded() && !oneSlot(resources) {
+		// One script cannot touch keys in several slots: take them one by
+		// one (the key layout puts all of a resource's keys, its fence
+		// counter included, in the slot of its name).
+		return c.acquireInOrder(ctx, resources, opts, wait)
+	}
 	a := &acquisition{c: c, cfg: cfg, wait: wait, kind: kind, permits: permits}
 	a.owner, a.member = newOwner(c.hub.id)
 	if len(resources) == 1 {
@@ -173,19 +179,21 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 	} else {
 		leases, err = a.try(ctx)
 	}
-	if len(resources) > 1 && a.crossSlot(err) {
-		return c.acquireInOrder(ctx, resources, opts, wait)
-	}
 	if len(cfg.observers) > 0 {
 		a.report(ctx, start, leases, err)
 	}
 	return leases, err
 }
 
-// crossSlot reports whether Redis Cluster refused a script whose keys are
-// in several slots.
-func (a *acquisition) crossSlot(err error) bool {
-	return err != nil && a.c.b.classify(err) == refused && strings.Contains(err.Error(), "CROSSSLOT")
+// oneSlot reports whether the keys of all resources are in one hash slot.
+func oneSlot(resources []string) bool {
+	s := slotOf(resources[0])
+	for _, r := range resources[1:] {
+		if slotOf(r) != s {
+			return false
+		}
+	}
+	return true
 }
 
 // newOwner returns a new owner token, a random UUID (version 4), and its
