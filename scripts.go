@@ -71,14 +71,14 @@ func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair,
 }
 
 // acquireAllCall is acquire_all.lua's call.
-func acquireAllCall(names []resourceKeys, owner, member *string, ttl, timeout any, queued bool, holder *string) call {
+func acquireAllCall(names []resourceKeys, owner, member *string, ttl, timeout any, again bool, holder *string) call {
 	words := make([]any, 3, 3+4*len(names)+6)
 	words[2] = 4 * len(names)
 	for i := range names {
 		k := &names[i]
 		words = append(words, &k.lease, &k.fence, &k.queue, &k.alive)
 	}
-	words = append(words, owner, ttl, timeout, flag(queued), member, holder)
+	words = append(words, owner, ttl, timeout, flag(again), member, holder)
 	return call{s: acquireAllScript, words: words, kind: arrayReply}
 }
 

@@ -1,8 +1,9 @@
 -- acquire_all: take the leases of several resources at once, all or none.
 -- Model: model/redlease.pml, inline acquire_lua, per key; a change here is a change there (docs/MODEL.md).
 -- (queue.lua is inserted at the line '--#queue'.) All keys must be in one
--- Redis Cluster hash slot; otherwise Redis refuses the script with CROSSSLOT
--- and the client takes the leases one by one in a global order instead.
+-- Redis Cluster hash slot (Redis refuses the script with CROSSSLOT
+-- otherwise): for resources in several slots the client takes the leases
+-- one by one in a global order instead.
 -- Go: acquisition.attempt in grant.go.
 --
 -- KEYS[4i-3..4i]  for the i-th resource: lease, fence, queue and alive keys,
@@ -10,7 +11,8 @@
 -- ARGV[1]  owner token, shared by the leases of this set
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  waiter timeout in ms: when > 0, queue the owner on a busy resource
--- ARGV[4]  '1' if the owner may already be queued somewhere in the set
+-- ARGV[4]  '1' if this is not the acquire call's first attempt: the owner may
+--          hold the leases already (a lost reply), or be queued
 -- ARGV[5]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
 -- ARGV[6]  the holder's description, '' for none
 --
