@@ -29,9 +29,12 @@ type backend interface {
 	// scan calls fn with each batch of keys that SCAN finds for match on
 	// every master, stopping at fn's first error.
 	scan(ctx context.Context, match string, fn func(keys []string) error) error
-	// connect makes sure the client has a connection to the node that serves
-	// key, with a harmless round trip if it has none; an acquire that follows
-	// then fails before it is sent, not after, when Redis cannot be reached.
+	// connect makes sure that Redis answers, with a harmless round trip on
+	// the node that serves key unless the client's last request was
+	// answered; an acquire that follows then fails before it is sent, not
+	// after, when Redis cannot be reached. The go-redis backend keeps that
+	// health for the whole client: on Cluster, answers from other masters
+	// skip the check for a master that has gone silent.
 	connect(ctx context.Context, key string) error
 	// classify tells what a failed request's error says of it.
 	classify(err error) errorClass
