@@ -163,10 +163,12 @@ func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error
 		return err
 	}
 	seen := map[string]bool{} // resources reported through another key than their lease
+	var stopped error         // fn's error, or inspect's (already described): returned as it is
 	err = c.b.scan(ctx, resourcePattern(cfg.prefix, pattern), func(keys []string) error {
-		return c.scanBatch(ctx, cfg, keys, seen, fn)
+		stopped = c.scanBatch(ctx, cfg, keys, seen, fn)
+		return stopped
 	})
-	if err != nil && c.b.classify(err) != refused {
+	if err != nil && err != stopped && c.b.classify(err) != refused {
 		return errorf("scan: %w", err)
 	}
 	return err

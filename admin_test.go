@@ -280,6 +280,7 @@ func TestIntegrationScan(t *testing.T) {
 	calls := 0
 	err = c.Scan(ctx, "*", func(Status) error { calls++; return stop })
 	require.ErrorIs(t, err, stop)
+	require.True(t, err == stop, "fn's error is returned as it is, not wrapped: %v", err)
 	require.Equal(t, 1, calls)
 	require.ErrorIs(t, c.Scan(ctx, "*", nil), ErrInvalidArgument)
 }
