@@ -231,9 +231,9 @@ func (c *config) validate() error {
 	case c.lifetime() <= 0:
 		return invalidf("safety margin %v leaves no lifetime of TTL %v", c.margin(), c.ttl)
 	case c.renewInterval < 0:
+		// With the TTL at least 1ms, interval() is now positive: TTL/3 is at
+		// least 333µs, and a set interval is above 0.
 		return invalidf("renew interval %v is negative", c.renewInterval)
-	case c.interval() <= 0:
-		return invalidf("renew interval of TTL %v rounds to 0", c.ttl)
 	case c.interval() >= c.lifetime():
 		return invalidf("renew interval %v is not below the lease's local lifetime %v (TTL %v)",
 			c.interval(), c.lifetime(), c.ttl)
