@@ -2,6 +2,7 @@ package redlease
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -31,8 +32,13 @@ type Status struct {
 	// remove it).
 	TTL time.Duration
 	// LastFence is the fence counter the resource draws from: at least the
-	// newest fence handed out for it (the counter is its hash slot's), 0 if
-	// no resource of that slot was ever acquired (or the counter was lost).
+	// newest fence drawn from it for the resource (the counter is its hash
+	// slot's), 0 if no resource of that slot was ever acquired (or the
+	// counter was lost). With WithFenceSource the fences come from the
+	// source, and the counter only counts acquisitions: it says nothing of
+	// them. A counter that holds something else than a fence count is an
+	// error of Inspect and Scan (Break reports LastFence 0; its removal is
+	// done by then).
 	LastFence int64
 	// Waiters is the number of acquirers queued for the lease (or a shared
 	// lease). It may count waiters that died and are not dropped yet (for up
@@ -101,7 +107,7 @@ func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) (
 			return nil, requestError("inspect", r, c.b.classify(err), err)
 		}
 		var err error
-		if out[i], err = parseStatus(r, replies[i].vals, 6); err != nil {
+		if out[i], err = parseStatus(r, names[i].fence, replies[i].vals, 6); err != nil {
 			return nil, err
 		}
 	}
@@ -109,19 +115,22 @@ func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) (
 }
 
 // parseStatus reads the reply of inspect.lua or break.lua: {value, pttl,
-// counter, waiters, permits, holders, ...}, n elements long.
-func parseStatus(resource string, res []any, n int) (Status, error) {
+// counter, waiters, permits, holders, ...}, n elements long; counter is the
+// fence counter's key. A corrupt counter is an error (errCorruptCounter)
+// with the rest of the Status filled in.
+func parseStatus(resource, counter string, res []any, n int) (Status, error) {
 	bad := errorf("%s: script replied %v", quote(resource), res)
 	if len(res) != n || n < 6 {
 		return Status{}, bad
 	}
 	value, ok := res[0].(string)
-	ints, ok2 := int64s(res[1:5])
+	ints, ok2 := int64s([]any{res[1], res[3], res[4]})
 	holders, ok3 := res[5].([]any)
 	if !ok || !ok2 || !ok3 {
 		return Status{}, bad
 	}
-	st := Status{Resource: resource, LastFence: ints[1], Waiters: ints[2], Permits: int(ints[3])}
+	last, counterErr := parseCounter(counter, res[2])
+	st := Status{Resource: resource, LastFence: last, Waiters: ints[1], Permits: int(ints[2])}
 	if ints[0] != -2 { // the lease key exists
 		st.setLease(value, time.Duration(ints[0])*time.Millisecond)
 	}
@@ -139,6 +148,9 @@ func parseStatus(resource string, res []any, n int) (Status, error) {
 		owner, fence, desc, _ := parseLease(v)
 		st.Shared = append(st.Shared, Holder{Kind: holderKinds[kind], Permit: int(x[0]), Owner: owner, Fence: fence,
 			Holder: desc, TTL: time.Duration(x[1]) * time.Millisecond})
+	}
+	if counterErr != nil {
+		return st, errorf("%s: %w", quote(resource), counterErr)
 	}
 	return st, nil
 }
@@ -261,7 +273,12 @@ func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, f
 	if r.err != nil {
 		return Status{}, false, requestError("break", resource, c.b.classify(r.err), r.err)
 	}
-	st, err := parseStatus(resource, r.vals, 7)
+	st, err := parseStatus(resource, k.fence, r.vals, 7)
+	if errors.Is(err, errCorruptCounter) {
+		// The leases are removed by now; a corrupt counter (LastFence 0) is
+		// no failure of Break's, and Inspect or LastFence report it.
+		err = nil
+	}
 	if err != nil {
 		return Status{}, false, err
 	}

@@ -2,6 +2,7 @@ package redlease
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -35,17 +36,55 @@ type FenceSource interface {
 const MaxFence int64 = 1 << 53
 
 // LastFence returns the value of the fence counter that resource draws
-// from: at least the fence of its most recent acquisition (the counter is
-// shared by the resources of one hash slot, so it may be larger), and 0 if
-// no resource of that slot was ever acquired. It reads only; it is meant
-// for operators and tests.
+// from: at least the fence of its most recent acquisition that drew from it
+// (the counter is shared by the resources of one hash slot, so it may be
+// larger), and 0 if no resource of that slot was ever acquired. With
+// WithFenceSource the fences come from the source and the counter only
+// counts acquisitions, so it is no bound on them. It reads only; it is
+// meant for operators and tests.
+//
+// A counter that holds something else than a fence count (a decimal integer
+// 0..2^63-1, as INCR counts; every acquisition of its slot fails on it)
+// returns an error naming it; AdvanceFence repairs it.
 func (c *Client) LastFence(ctx context.Context, resource string) (int64, error) {
-	st, err := c.Inspect(ctx, resource)
+	cfg, err := c.leaseConfig([]string{resource}, nil)
 	if err != nil {
 		return 0, err
 	}
-	return st.LastFence, nil
+	// The counter alone, not Inspect's ten keys.
+	counter := slotCounter(cfg.prefix, slotOf(resource))
+	r := c.b.eval(ctx, counterCall(&counter))
+	if r.err != nil {
+		return 0, requestError("read the fence counter of", resource, c.b.classify(r.err), r.err)
+	}
+	return counterValue(counter, r.vals)
 }
+
+// counterValue reads counter.lua's reply {value} for counter.
+func counterValue(counter string, vals []any) (int64, error) {
+	if len(vals) != 1 {
+		return 0, errorf("fence counter %s: script replied %v", counter, vals)
+	}
+	return parseCounter(counter, vals[0])
+}
+
+// parseCounter reads a fence counter's value as Redis holds it. The Lua
+// scripts return it as it is, because tonumber reads "0x10" as 16 and "1.5"
+// as 1 and rounds above 2^53; only what INCR counts from (no sign, no
+// leading zero, no other spelling: strconv.ParseInt alone takes "+7" and
+// "007") is a count.
+func parseCounter(counter string, v any) (int64, error) {
+	s, _ := v.(string)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || strconv.FormatInt(n, 10) != s {
+		return 0, errorf("%w: fence counter %s holds %q, not a decimal integer that INCR counts from: "+
+			"every acquisition of its slot fails until AdvanceFence repairs it", errCorruptCounter, counter, v)
+	}
+	return n, nil
+}
+
+// errCorruptCounter marks parseCounter's error.
+var errCorruptCounter = errors.New("corrupt fence counter")
 
 // AdvanceFence moves the fence counter that resource draws from forward to
 // at least atLeast, atomically, and returns the counter's value afterwards.
@@ -65,6 +104,12 @@ func (c *Client) LastFence(ctx context.Context, resource string) (int64, error) 
 // the largest Newest among them. It does not change a lease that is already
 // held: its fence stays what it was, and stays refused.
 //
+// It is also the repair for a counter that holds something else than a
+// decimal integer that INCR counts from ("0x10", "1.5", "-3", written by
+// hand), on which every acquisition of its slot fails: it sets the counter
+// to atLeast, since no fence was drawn from that value. Pass the guards'
+// largest Newest, or a fence above every one handed out.
+//
 // atLeast must be in 1..MaxFence (Lua compares it as a double); other values
 // return ErrInvalidArgument before any round trip.
 //
@@ -78,6 +123,8 @@ func (c *Client) AdvanceFence(ctx context.Context, resource string, atLeast int6
 		return 0, errorf("advance fence of %s: %w", quote(resource), invalidf("%d is not in 1..MaxFence (2^53)", atLeast))
 	}
 	k := keys(cfg.prefix, resource)
+	// advance.lua replies in decimal (exact above 2^53); an integer reply
+	// reads it.
 	r := c.b.eval(ctx, advanceCall(&k, atLeast))
 	if r.err != nil {
 		return 0, requestError("advance fence of", resource, c.b.classify(r.err), r.err)
@@ -102,7 +149,7 @@ func parseLease(v string) (owner string, fence int64, holder string, ok bool) {
 type FenceCounter struct {
 	Key   string // the counter's key
 	Slot  int    // its Redis Cluster hash slot
-	Value int64  // at least the newest fence of every resource of that slot
+	Value int64  // at least every fence drawn from it (none with WithFenceSource)
 	// Resource is, for a per-resource counter of an earlier version of
 	// redlease (see MigrateFences), its resource; "" for a slot's counter.
 	Resource string
@@ -111,7 +158,9 @@ type FenceCounter struct {
 // ScanFences calls fn with every fence counter under the Client's prefix:
 // at most one per hash slot (16,384), and the per-resource counters that an
 // earlier version left and MigrateFences has not folded in yet. It uses
-// SCAN, as Scan does; fn's error stops it.
+// SCAN, as Scan does; fn's error stops it. A counter that holds something
+// else than a fence count stops it with an error naming the counter
+// (AdvanceFence repairs a slot's counter).
 func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) error {
 	if err := c.usable(); err != nil {
 		return err
@@ -137,7 +186,11 @@ func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) er
 			if r.err != nil {
 				return errorf("scan fences: %w", r.err)
 			}
-			counters[i].Value = r.n
+			v, err := counterValue(counters[i].Key, r.vals)
+			if err != nil {
+				return errorf("scan fences: %w", err)
+			}
+			counters[i].Value = v
 			if err := fn(counters[i]); err != nil {
 				return err
 			}

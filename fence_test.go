@@ -282,9 +282,133 @@ func TestAdvanceFenceNeverMovesBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(12), last, "the default prefix's counter is untouched")
 
+	// A counter INCR cannot count from is the repair's case: it is set to
+	// atLeast (TestIntegrationCorruptFenceCounter).
 	require.NoError(t, rdb.Set(ctx, counterKey("bad"), "abc", 0).Err())
-	_, err = c.AdvanceFence(ctx, "bad", 3)
-	require.ErrorContains(t, err, "non-integer")
+	n, err = c.AdvanceFence(ctx, "bad", 3)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+}
+
+// A fence counter that holds something INCR does not count from, or a
+// count Lua numbers round: the reads report it (tonumber read "0x10" as 16,
+// "1.5" as 1), AdvanceFence repairs it so that acquisitions work again (it
+// reported success and left it), and a count above 2^53 is read exactly.
+func TestIntegrationCorruptFenceCounter(t *testing.T) {
+	srv := servertest.Redis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithAutoRenew(false))
+	counter := counterKey("r")
+	for _, bad := range []string{"0x10", "1.5", "1e3", "-3", "+7", "007", " 7", "abc", "", "99999999999999999999"} {
+		require.NoError(t, rdb.Set(ctx, counter, bad, 0).Err())
+		_, err := c.LastFence(ctx, "r")
+		require.ErrorIs(t, err, errCorruptCounter, "%q", bad)
+		require.ErrorContains(t, err, counter, "%q: the error names the counter", bad)
+		_, err = c.Inspect(ctx, "r")
+		require.ErrorIs(t, err, errCorruptCounter, "%q", bad)
+		err = c.ScanFences(ctx, func(FenceCounter) error { return nil })
+		require.ErrorIs(t, err, errCorruptCounter, "%q", bad)
+		if bad != "-3" { // INCR counts from -3 (to fences a lease cannot carry)
+			_, err = c.TryAcquire(ctx, "r")
+			require.Error(t, err, "%q: INCR fails on it", bad)
+		}
+
+		n, err := c.AdvanceFence(ctx, "r", 5)
+		require.NoError(t, err, "%q", bad)
+		require.Equal(t, int64(5), n, "%q", bad)
+		l, err := c.TryAcquire(ctx, "r")
+		require.NoError(t, err, "%q: repaired", bad)
+		require.Equal(t, int64(6), l.Fence())
+		require.NoError(t, l.Release(ctx))
+	}
+
+	// Break's removal is done before the counter is read: no error.
+	l, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.NoError(t, rdb.Set(ctx, counter, "0x10", 0).Err())
+	st, removed, err := c.Break(ctx, "r", 0)
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.Equal(t, l.Fence(), st.Fence)
+	require.Zero(t, st.LastFence)
+
+	// Above 2^53, exact (tonumber rounded 2^53+1 to 2^53).
+	const big = MaxFence + 1
+	require.NoError(t, rdb.Set(ctx, counter, big, 0).Err())
+	last, err := c.LastFence(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, big, last)
+	st, err = c.Inspect(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, big, st.LastFence)
+	n, err := c.AdvanceFence(ctx, "r", MaxFence)
+	require.NoError(t, err)
+	require.Equal(t, big, n, "not moved back, and exact")
+	n, err = c.AdvanceFence(ctx, "r", 9)
+	require.NoError(t, err)
+	require.Equal(t, big, n, "fewer digits is smaller")
+	require.NoError(t, c.ScanFences(ctx, func(fc FenceCounter) error {
+		require.Equal(t, big, fc.Value)
+		return nil
+	}))
+	require.NoError(t, rdb.Set(ctx, counter, "9223372036854775807", 0).Err())
+	n, err = c.AdvanceFence(ctx, "r", MaxFence)
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<63-1), n, "the largest count is one")
+
+	// An old per-resource counter that is corrupt is refused, and nothing
+	// changes (migrate.lua folded "0x10" in as 16 and copied it).
+	require.NoError(t, rdb.Set(ctx, counter, "20", 0).Err())
+	old := key(DefaultPrefix, "r", kindFence)
+	require.NoError(t, rdb.Set(ctx, old, "0x10", 0).Err())
+	_, err = c.MigrateFences(ctx)
+	require.ErrorContains(t, err, old)
+	require.Equal(t, "20", rdb.Get(ctx, counter).Val(), "the slot's counter is unchanged")
+	require.Equal(t, "0x10", rdb.Get(ctx, old).Val(), "the old counter is kept")
+	require.NoError(t, rdb.Set(ctx, old, "9007199254740993", 0).Err())
+	_, err = c.MigrateFences(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "9007199254740993", rdb.Get(ctx, counter).Val(), "folded in exactly")
+}
+
+// LastFence reads the counter alone: counter.lua, not inspect.lua's ten
+// keys.
+func TestLastFenceRunsTheCounterScript(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	h := &argsHook{}
+	rdb.AddHook(h)
+	c := New(rdb)
+	_, err := c.LastFence(t.Context(), "r")
+	require.NoError(t, err)
+	var scripts int
+	for _, a := range h.args {
+		switch a[0] {
+		case "evalsha":
+			require.Equal(t, counterScript.hash, a[1])
+		case "eval": // after NOSCRIPT (a new miniredis has no scripts)
+			require.Equal(t, counterScript.src, a[1])
+		default:
+			continue // the connection's handshake
+		}
+		require.Equal(t, 1, a[2], "one key")
+		scripts++
+	}
+	require.NotZero(t, scripts)
+}
+
+// argsHook records the words of each command sent, one at a time.
+type argsHook struct{ args [][]any }
+
+func (h *argsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *argsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.args = append(h.args, cmd.Args())
+		return next(ctx, cmd)
+	}
+}
+func (h *argsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func TestAdvanceFenceRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {

@@ -176,7 +176,8 @@ var (
 	counterScript = newScript(counterSrc)
 )
 
-// counterCall is counter.lua's call: read counter.
+// counterCall is counter.lua's call: read counter (its value as a string,
+// in an array: a backend reads only integer and array replies).
 func counterCall(counter *string) call {
-	return call{s: counterScript, words: []any{nil, nil, 1, counter}, kind: intReply}
+	return call{s: counterScript, words: []any{nil, nil, 1, counter}, kind: arrayReply}
 }

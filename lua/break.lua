@@ -23,7 +23,7 @@ local function matches(v)
 end
 local cur = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
-local counter = tonumber(redis.call('GET', KEYS[2])) or 0
+local counter = redis.call('GET', KEYS[2]) or '0'
 local waiters = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[10], '(' .. now, '+inf')
 local n = tonumber(redis.call('HGET', KEYS[6], 'n')) or 0
 local holders, removed = {}, 0

@@ -1,16 +1,10 @@
 -- counter: read a fence counter. Reads only.
--- Go: Client.ScanFences in fence.go.
+-- Go: Client.LastFence and Client.ScanFences in fence.go (counterValue).
 --
 -- KEYS[1]  a fence counter
 --
--- Returns its value, 0 if it does not exist; an error reply if it holds
--- something that is not an integer.
-local v = redis.call('GET', KEYS[1])
-if not v then
-  return 0
-end
-local n = tonumber(v)
-if not n then
-  return redis.error_reply('fence counter ' .. KEYS[1] .. ' holds a non-integer: ' .. v)
-end
-return n
+-- Returns {value}: the counter's value as Redis holds it, a string, '0' if
+-- it does not exist. Go checks it (a decimal integer that INCR counts
+-- from), not Lua: tonumber would read '0x10' as 16 and '1.5' as 1, and
+-- round above 2^53.
+return {redis.call('GET', KEYS[1]) or '0'}

@@ -9,7 +9,8 @@
 --
 -- Returns {value, pttl, counter, waiters, permits, holders}: the lease value
 -- ('' if none) and its PTTL in ms (-2 if none, -1 if it has no expiry), the
--- slot's fence counter (0 if absent), the number of queued waiters (readers
+-- slot's fence counter as Redis holds it, a string ('0' if absent: Go
+-- checks it, see counter.lua), the number of queued waiters (readers
 -- included), the semaphore's number of permits (0 if none), and the live
 -- holders of shared leases as {kind, permit, value, pttl} each: kind 'p' (a
 -- permit), 'w' (the write lease) or 'r' (a read lease), value
@@ -17,7 +18,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('GET', KEYS[1])
-local counter = tonumber(redis.call('GET', KEYS[2])) or 0
+local counter = redis.call('GET', KEYS[2]) or '0'
 local waiters = redis.call('ZCARD', KEYS[3]) + redis.call('ZCOUNT', KEYS[10], '(' .. now, '+inf')
 local holders = {}
 local live = redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf', 'WITHSCORES')
