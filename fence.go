@@ -202,8 +202,10 @@ func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) er
 // MigrateFences folds the per-resource fence counters that versions before
 // the per-slot counter left (<prefix>{R}:fence) into the counters of their
 // hash slots, so that no resource's fence goes back, and deletes them; one
-// atomic script per counter. It is idempotent and safe while leases are
-// taken. It returns how many counters it folded in.
+// atomic script per counter, sent in pipelines. It is idempotent and safe
+// while leases are taken. It returns how many counters it folded in; on an
+// error, which names the first counter that failed, those folded in until
+// then (the rest of that SCAN batch is still sent).
 //
 // Run it once before the first Client of this version acquires (an old
 // counter that is not folded in yet lets a new holder draw a fence that a
@@ -212,17 +214,38 @@ func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) er
 // the counters those recreated meanwhile. The redlease command runs it as
 // 'redlease migrate-fences'.
 func (c *Client) MigrateFences(ctx context.Context) (int, error) {
+	if err := c.usable(); err != nil {
+		return 0, err
+	}
+	prefix := c.cfg.prefix
 	n := 0
-	err := c.ScanFences(ctx, func(fc FenceCounter) error {
-		if fc.Resource == "" {
+	// Exactly the old key form: ScanFences's "{*}:fence*" also matches the
+	// slots' counters (up to 16,384), which have nothing to migrate. The old
+	// counters are not read first either: migrate.lua reads them.
+	err := c.b.scan(ctx, escapeGlob(prefix)+"{*}:"+kindFence, func(ks []string) error {
+		var olds, counters, resources []string
+		for _, k := range ks {
+			if r, kind, ok := resourceOf(prefix, k); ok && kind == kindFence {
+				olds, resources = append(olds, k), append(resources, r)
+				counters = append(counters, slotCounter(prefix, slotOf(r)))
+			}
+		}
+		if len(olds) == 0 {
 			return nil
 		}
-		counter := slotCounter(c.cfg.prefix, fc.Slot)
-		if r := c.b.eval(ctx, migrateCall(&fc.Key, &counter)); r.err != nil {
-			return errorf("migrate the fence counter of %s: %w", quote(fc.Resource), r.err)
+		// One atomic script per counter, sent in pipelines: no order among
+		// them is needed, each folds into its own slot's counter.
+		replies := c.b.evalAll(ctx, len(olds), func(i int) call { return migrateCall(&olds[i], &counters[i]) })
+		var first error
+		for i, r := range replies {
+			switch {
+			case r.err == nil:
+				n++
+			case first == nil:
+				first = errorf("migrate the fence counter of %s: %w", quote(resources[i]), r.err)
+			}
 		}
-		n++
-		return nil
+		return first
 	})
 	return n, err
 }

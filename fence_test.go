@@ -3,8 +3,10 @@ package redlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,6 +243,77 @@ func TestMigrateFencesFromPerResourceCounters(t *testing.T) {
 	var slots int
 	require.NoError(t, c.ScanFences(ctx, func(fc FenceCounter) error { slots++; return nil }))
 	require.Equal(t, 2, slots, "the counters of two slots remain")
+}
+
+// MigrateFences looks only for the old counters, and sends their scripts in
+// pipelines: it scanned every slot's counter too, read each one, and ran
+// one round trip per old counter (300 slot counters and 20 old ones cost
+// 367 script runs).
+func TestIntegrationMigrateFencesTouchesOnlyOldCounters(t *testing.T) {
+	srv := servertest.Redis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	pipe := rdb.Pipeline()
+	const slots, olds = 300, 20
+	for s := range slots {
+		pipe.Set(ctx, slotCounter(DefaultPrefix, s), 1000+s, 0)
+	}
+	oldSlots := map[int]int64{}
+	for i := range olds {
+		r := fmt.Sprintf("old:%d", i)
+		pipe.Set(ctx, key(DefaultPrefix, r, kindFence), 5000+i, 0)
+		oldSlots[slotOf(r)] = max(oldSlots[slotOf(r)], int64(5000+i))
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	c := New(rdb)
+	require.NoError(t, rdb.ScriptLoad(ctx, migrateSrc).Err()) // no NOSCRIPT round to count
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+	trips := &roundTripHook{}
+	rdb.AddHook(trips)
+
+	n, err := c.MigrateFences(ctx)
+	require.NoError(t, err)
+	require.Equal(t, olds, n)
+	scans, others := trips.scans.Load(), trips.others.Load()
+	stats := servertest.CommandStats(t, rdb)
+	require.Equal(t, olds, stats["evalsha"], "one script run per old counter, none per slot counter: %v", stats)
+	require.Equal(t, scans, int64(stats["scan"]))
+	require.LessOrEqual(t, others, scans, "at most one round trip of scripts per SCAN batch (not one per old counter)")
+	for s := range slots {
+		v, err := rdb.Get(ctx, slotCounter(DefaultPrefix, s)).Int64()
+		require.NoError(t, err)
+		want := int64(1000 + s)
+		if old, ok := oldSlots[s]; ok {
+			want = max(want, old)
+		}
+		require.Equal(t, want, v, "slot %d", s)
+	}
+	for i := range olds {
+		require.Zero(t, rdb.Exists(ctx, key(DefaultPrefix, fmt.Sprintf("old:%d", i), kindFence)).Val())
+	}
+}
+
+// roundTripHook counts round trips: SCAN calls, and the others (a
+// pipeline is one).
+type roundTripHook struct{ scans, others atomic.Int64 }
+
+func (h *roundTripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "scan" {
+			h.scans.Add(1)
+		} else {
+			h.others.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.others.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 func TestAdvanceFenceNeverMovesBack(t *testing.T) {
