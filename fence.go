@@ -12,7 +12,10 @@ import (
 // Every acquisition of a resource increments the fence counter of the
 // resource's hash slot (see keys.go) in the same script that creates the
 // lease, so the fence of a lease is larger than that of every earlier
-// holder of the resource (and of every other resource in that slot). The
+// holder of the resource (and of every other resource in that slot). With
+// WithFenceSource the fence comes from the source instead; the script still
+// increments the counter, which then counts acquisitions and bounds no
+// fence (LastFence, Status.LastFence and FenceCounter.Value say so). The
 // counter has no TTL and nothing in redlease decrements or deletes it. It can still go
 // backwards if Redis loses it: a restart without persistence, a failover to a
 // replica that had not received the last INCR, an eviction policy that evicts
