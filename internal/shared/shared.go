@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,11 +97,38 @@ type wrapped struct {
 func (e *wrapped) Error() string { return e.msg }
 func (e *wrapped) Unwrap() error { return e.err }
 
-// Errorf formats as fmt.Errorf does (%w wraps), and then drops the
-// "redlease: " that starts the messages it wrapped, so that a message says
+// Errorf formats as fmt.Errorf does (%w wraps), and drops the "redlease: "
+// that starts the message of each error among args, so that a message says
 // it once, at its start: "redlease: lease not acquired: "job": client
-// closed", not "redlease: lease not acquired: "job": redlease: client closed".
+// closed", not "redlease: lease not acquired: "job": redlease: client
+// closed". Only a leading prefix of an error argument goes: the same text
+// elsewhere (a resource named "redlease: job", a driver's message that
+// quotes one) is part of what the message reports.
 func Errorf(format string, args ...any) error {
+	// The error chain is formatted from the arguments as given, so that
+	// errors.Is, errors.As and errors.Unwrap see exactly what fmt.Errorf
+	// would wrap (the CLI compares errors.Unwrap results with a sentinel);
+	// only the message is formatted from trimmed copies.
 	err := fmt.Errorf(format, args...)
-	return &wrapped{msg: prefix + strings.ReplaceAll(err.Error(), prefix, ""), err: err}
+	var shown []any
+	for i, a := range args {
+		e, ok := a.(error)
+		if !ok || IsNil(e) || !strings.HasPrefix(e.Error(), prefix) {
+			continue
+		}
+		if shown == nil {
+			shown = slices.Clone(args)
+		}
+		shown[i] = trimmed{e}
+	}
+	msg := err.Error()
+	if shown != nil {
+		msg = fmt.Errorf(format, shown...).Error()
+	}
+	return &wrapped{msg: prefix + msg, err: err}
 }
+
+// trimmed shows an error's message without its leading "redlease: ".
+type trimmed struct{ err error }
+
+func (t trimmed) Error() string { return strings.TrimPrefix(t.err.Error(), prefix) }
