@@ -58,4 +58,3 @@ func TestErrorfKeepsChain(t *testing.T) {
 type customError struct{ msg string }
 
 func (e *customError) Error() string { return e.msg }
-
