@@ -75,11 +75,21 @@ type HTTPGuard struct {
 	Observer redlease.Observer
 }
 
-// Wrap returns next behind the guard. It panics if Store or next is nil. The
-// guard is read when Wrap is called; later changes to it have no effect.
+// Wrap returns next behind the guard. It panics if Store or next is nil, or
+// if Store is a RedisStore that would refuse every Admit (a nil Redis client,
+// a prefix with a '{'). The guard is read when Wrap is called; later changes
+// to it have no effect.
 func (g HTTPGuard) Wrap(next http.Handler) http.Handler {
 	if shared.IsNil(g.Store) || next == nil {
 		panic("fencing: HTTPGuard.Wrap needs a Store and a handler")
+	}
+	// A misconfigured store is the server's fault: served, it would answer
+	// every request 400, as if each client's token were malformed, with the
+	// server's configuration in the body. It is caught here, at start-up.
+	if c, ok := g.Store.(interface{ configError() error }); ok {
+		if err := c.configError(); err != nil {
+			panic("fencing: HTTPGuard.Wrap: unusable Store: " + err.Error())
+		}
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		resource, fence, owner, herr := g.token(r)

@@ -413,6 +413,19 @@ func TestSetHeaders(t *testing.T) {
 	require.Panics(t, func() { HTTPGuard{Store: &MemoryStore{}}.Wrap(nil) })
 }
 
+// A RedisStore that refuses every Admit for its own configuration is refused
+// by Wrap: served, it would answer every request 400 with the server's
+// configuration in the body, blaming the clients.
+func TestHTTPGuardRefusesMisconfiguredStore(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	next := http.NotFoundHandler()
+	require.PanicsWithValue(t, "fencing: HTTPGuard.Wrap: unusable Store: redlease: invalid argument: nil Redis client",
+		func() { HTTPGuard{Store: NewRedisStore(nil)}.Wrap(next) })
+	require.PanicsWithValue(t, `fencing: HTTPGuard.Wrap: unusable Store: redlease: invalid argument: key prefix "a{" holds a '{'`,
+		func() { HTTPGuard{Store: NewRedisStore(rdb, WithPrefix("a{"))}.Wrap(next) })
+	require.NotPanics(t, func() { HTTPGuard{Store: NewRedisStore(rdb)}.Wrap(next) })
+}
+
 // FuzzHTTPGuardHeaders checks that no header values make the guard panic or
 // let a malformed token through to the service.
 func FuzzHTTPGuardHeaders(f *testing.F) {

@@ -136,7 +136,7 @@ type RedisStore struct {
 // front of one service must agree on it: each prefix is a record of its own.
 // A prefix with a '{' makes Admit fail the same way: the record of resource R
 // is <prefix>{R}:accepted, and the braces must delimit R, or two prefixes
-// could share records.
+// could share records. HTTPGuard.Wrap panics on a store made either way.
 func NewRedisStore(rdb redis.UniversalClient, opts ...Option) *RedisStore {
 	s := &RedisStore{rdb: rdb, prefix: newConfig(opts).prefix}
 	if strings.Contains(s.prefix, "{") {
@@ -163,6 +163,17 @@ func (s *RedisStore) Admit(ctx context.Context, resource string, fence int64, ow
 		return nil, err
 	}
 	return func() {}, nil
+}
+
+// configError is the error every Admit of s returns whatever its arguments,
+// or nil: HTTPGuard.Wrap refuses such a store.
+func (s *RedisStore) configError() error {
+	switch {
+	case shared.IsNil(s.rdb):
+		return invalidf("nil Redis client")
+	default:
+		return s.err
+	}
 }
 
 // record is the key of resource's record.
