@@ -9,6 +9,8 @@
 //     holder's next renewal is refused, its context ends with
 //     redlease.ErrLeaseLost, its Release returns ErrLeaseLost, and a
 //     fencing guard rejects its fence.
+//     Expire and Steal act on exclusive leases; on a resource with shared
+//     leases (a semaphore, read and write leases) they fail the test.
 //   - Outage, Restore, Unreachable: Redis cannot be reached for a while;
 //     requests fail (connection refused), a holder whose renewals fail is
 //     told at its local deadline, and later requests succeed again.

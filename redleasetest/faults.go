@@ -21,19 +21,24 @@ import (
 // auto-renew finds out at its Refresh, or lapses at its local deadline. Its
 // Release returns ErrLeaseLost.
 //
-// Expire fails the test if resource is not held (under New's key prefix),
-// or if Redis is down.
+// Expire acts on exclusive leases (TryAcquire, Acquire) only. It fails the
+// test if resource is not held (under New's key prefix), if it holds shared
+// leases (a semaphore's permits, a read or write lease: which of them would
+// lapse is not said), or if Redis is down.
 func (k *Kit) Expire(resource string) {
 	k.tb.Helper()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.up("Expire")
+	st := k.status("Expire", resource)
+	k.exclusiveOnly("Expire", st)
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	// Break is an expiry but for the wake-up: it deletes the lease and
 	// nothing else (not the fence counter, and it leaves no release marker,
-	// so the holder's Release finds a lost lease).
-	_, removed, err := k.other.Break(ctx, resource, 0)
+	// so the holder's Release finds a lost lease). It is given the fence
+	// just seen, so that it removes that lease and nothing that came since
+	// (Break with fence 0 would also remove every shared holder).
+	_, removed, err := k.other.Break(ctx, resource, st.Fence)
 	switch {
 	case err != nil:
 		k.tb.Fatalf("redleasetest: Expire(%q): %v", resource, err)
@@ -58,7 +63,12 @@ func (k *Kit) Expire(resource string) {
 //
 // The other owner holds the lease for one TTL (New's options) and does not
 // renew it, as an owner that took over and then stopped: FastForward by the
-// TTL, or Expire, frees the resource. Steal fails the test if Redis is down.
+// TTL, or Expire, frees the resource.
+//
+// Steal acts on exclusive leases (TryAcquire, Acquire) only: it fails the
+// test if resource holds shared leases (a semaphore's permits, a read or
+// write lease), since taking an exclusive lease of the name would not
+// exclude their holders, and if Redis is down.
 func (k *Kit) Steal(resource string) int64 {
 	k.tb.Helper()
 	k.mu.Lock()
@@ -69,6 +79,9 @@ func (k *Kit) Steal(resource string) int64 {
 	if !ok {
 		k.tb.Fatalf("redleasetest: Steal(%q): the Clients' requests did not end within %v", resource, patience)
 	}
+	// The Clients are held, so no shared lease can appear between the look
+	// and the Break.
+	k.exclusiveOnly("Steal", k.status("Steal", resource))
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if _, _, err := k.other.Break(ctx, resource, 0); err != nil {
@@ -79,6 +92,17 @@ func (k *Kit) Steal(resource string) int64 {
 		k.tb.Fatalf("redleasetest: Steal(%q): %v", resource, err)
 	}
 	return l.Fence()
+}
+
+// exclusiveOnly fails the test if st shows shared leases: Expire and Steal
+// model an exclusive holder's loss, and Break of a shared resource removes
+// every holder at once, which is neither an expiry of one nor a takeover.
+func (k *Kit) exclusiveOnly(op string, st redlease.Status) {
+	k.tb.Helper()
+	if len(st.Shared) > 0 {
+		k.tb.Fatalf("redleasetest: %s(%q): the resource holds shared leases (%d holders: a semaphore's permits or a read/write lease); %s acts on exclusive leases only",
+			op, st.Resource, len(st.Shared), op)
+	}
 }
 
 // Outage makes the embedded Redis unreachable: it closes its listener and

@@ -254,6 +254,41 @@ func TestExpireFailsOnAFreeResource(t *testing.T) {
 	require.Contains(t, ft.msg, "not held")
 }
 
+// Expire and Steal model the loss of an exclusive lease. On a resource with
+// shared leases they fail the test, and leave the holders be: Break would
+// remove every holder, and Steal's exclusive lease would not keep a new
+// permit or reader out.
+func TestExpireAndStealRefuseSharedLeases(t *testing.T) {
+	acquire := map[string]func(*redlease.Client) (*redlease.Lease, error){
+		"semaphore": func(c *redlease.Client) (*redlease.Lease, error) {
+			return c.TryAcquireSemaphore(t.Context(), "calls", 2)
+		},
+		"read":  func(c *redlease.Client) (*redlease.Lease, error) { return c.TryAcquireRead(t.Context(), "calls") },
+		"write": func(c *redlease.Client) (*redlease.Lease, error) { return c.TryAcquireWrite(t.Context(), "calls") },
+	}
+	for kind, take := range acquire {
+		for op, fault := range map[string]func(*redleasetest.Kit){
+			"Expire": func(k *redleasetest.Kit) { k.Expire("calls") },
+			"Steal":  func(k *redleasetest.Kit) { k.Steal("calls") },
+		} {
+			t.Run(kind+"/"+op, func(t *testing.T) {
+				ft := &fatalT{TB: t}
+				k := redleasetest.New(ft)
+				l, err := take(k.Client())
+				require.NoError(t, err)
+				ft.run(func() { fault(k) })
+				require.Contains(t, ft.msg, "acts on exclusive leases only")
+				st := k.Status("calls")
+				require.Len(t, st.Shared, 1, "the holder is left in place")
+				require.Equal(t, l.Fence(), st.Shared[0].Fence)
+				require.False(t, st.Held, "no exclusive lease was taken")
+				require.NoError(t, l.Refresh(t.Context()))
+				require.NoError(t, l.Release(t.Context()))
+			})
+		}
+	}
+}
+
 // A waiter asleep on the Kit's clock retries as time passes, and takes the
 // lease once Redis expires it, within 1 ms after its TTL (its timer is set
 // for the TTL the holder's lease had left, in Redis's whole milliseconds).
