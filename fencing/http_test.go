@@ -409,6 +409,23 @@ func TestSetHeaders(t *testing.T) {
 	require.Empty(t, h)
 	SetHeaders(nil, l) // no panic
 
+	// A permit is fenced on its own: the header names the resource and the
+	// permit, which a ResourceOf that returns the bare resource refuses.
+	p, err := redlease.New(rdb).TryAcquireSemaphore(t.Context(), "calls", 2)
+	require.NoError(t, err)
+	defer p.Release(t.Context())
+	h = http.Header{}
+	SetHeaders(h, p)
+	require.Equal(t, "calls#"+strconv.Itoa(p.Permit()), h.Get(HeaderFencingResource))
+	require.Equal(t, strconv.FormatInt(p.Fence(), 10), h.Get(HeaderFencingToken))
+	require.Equal(t, p.Owner(), h.Get(HeaderFencingOwner))
+	byPath := HTTPGuard{Store: &MemoryStore{}, ResourceOf: func(*http.Request) string { return "calls" }}.Wrap(http.NotFoundHandler())
+	req := httptest.NewRequest(http.MethodPost, "/calls", nil)
+	req.Header = h
+	rec := httptest.NewRecorder()
+	byPath.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusBadRequest, rec.Code, "the pitfall docs/GUARDS.md describes")
+
 	require.Panics(t, func() { HTTPGuard{}.Wrap(http.NotFoundHandler()) })
 	require.Panics(t, func() { HTTPGuard{Store: &MemoryStore{}}.Wrap(nil) })
 }
