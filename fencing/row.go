@@ -32,17 +32,19 @@ import (
 // The zero value is not usable; call NewRowGuard. A RowGuard is safe for
 // concurrent use.
 type RowGuard struct {
-	dialect                 SQLDialect
-	table, fenceCol, ownCol string
-	newest                  string
-	fenceOnly               bool
-	observers               []redlease.Observer
+	dialect          SQLDialect
+	table            string // as given, for messages and StaleFenceError.Resource
+	fenceCol, ownCol string // quoted; ownCol is "" for the strict pattern
+	newest           string
+	observers        []redlease.Observer
 }
 
 // NewRowGuard returns a guard of rows of table, identified by idColumn, that
 // keep the last accepted fence in fenceColumn and its owner in ownerColumn
 // (empty for the strict pattern). Names are plain identifiers of at most 63
-// bytes, spliced into SQL unquoted. NewRowGuard does no I/O. Of the options,
+// bytes (the table may be schema-qualified), quoted in the SQL it writes, so
+// a reserved word will do; PostgreSQL takes them in lower case, as it would
+// unquoted. NewRowGuard does no I/O. Of the options,
 // WithObserver and WithLogger apply.
 func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn string, opts ...Option) (*RowGuard, error) {
 	if !dialect.valid() {
@@ -59,14 +61,15 @@ func NewRowGuard(dialect SQLDialect, table, idColumn, fenceColumn, ownerColumn s
 			return nil, invalidf("column name %q is not a plain identifier", c)
 		}
 	}
-	g := &RowGuard{dialect: dialect, table: table, fenceCol: fenceColumn, ownCol: ownerColumn, fenceOnly: ownerColumn == "",
-		observers: newConfig(opts).observers}
-	owner := ownerColumn
-	if g.fenceOnly {
-		owner = "''"
+	q := dialect.quote
+	g := &RowGuard{dialect: dialect, table: table, fenceCol: q(fenceColumn), observers: newConfig(opts).observers}
+	owner := "''"
+	if ownerColumn != "" {
+		g.ownCol = q(ownerColumn)
+		owner = g.ownCol
 	}
 	g.newest = fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = %s",
-		fenceColumn, owner, table, idColumn, dialect.placeholder(1))
+		g.fenceCol, owner, q(table), q(idColumn), dialect.placeholder(1))
 	return g, nil
 }
 
@@ -80,7 +83,7 @@ func (g *RowGuard) Cond(n int) string {
 		return "FALSE"
 	}
 	f := g.dialect.placeholder(n)
-	if g.fenceOnly {
+	if g.ownCol == "" { // the strict pattern
 		return fmt.Sprintf("%s < %s", g.fenceCol, f)
 	}
 	o := g.dialect.placeholder(n + 1)
@@ -127,9 +130,9 @@ func (g *RowGuard) Explain(ctx context.Context, tx SQLTx, id any, fence int64, o
 	if err != nil {
 		return shared.Errorf("reading the fence of %s %v: %w", g.table, id, err)
 	}
-	stale := !admits(fence, owner, newest.Int64, newestOwner.String)
-	if g.fenceOnly {
-		stale = fence <= newest.Int64
+	stale := fence <= newest.Int64 // the strict pattern: each fence once
+	if g.ownCol != "" {
+		stale = !admits(fence, owner, newest.Int64, newestOwner.String)
 	}
 	if stale {
 		return &StaleFenceError{

@@ -3,7 +3,6 @@ package fencing
 import (
 	"context"
 	"database/sql"
-	"regexp"
 
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/shared"
@@ -17,33 +16,32 @@ import (
 // the fences stop depending on Redis's asynchronous replication. One
 // sequence serves every resource.
 type Sequence struct {
-	db   *sql.DB
-	name string
+	db     *sql.DB
+	name   string // as given, for messages
+	quoted string // for the statements
 }
 
 var _ redlease.FenceSource = (*Sequence)(nil)
 
-// sequenceName accepts a plain or schema-qualified identifier of at most 63
-// bytes a part: PostgreSQL would silently cut a longer one, and two names
-// could then name one sequence.
-var sequenceName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
 // NewSequence returns a source drawing from the sequence name (an
-// identifier of letters, digits and underscores, at most 63 bytes,
-// optionally schema-qualified). Create makes the sequence. It does no I/O.
+// identifier of letters, digits and underscores, at most 63 bytes a part,
+// optionally schema-qualified: PostgreSQL would silently cut a longer one,
+// and two names could then name one sequence). The name is quoted in the
+// statements, so a reserved word will do; PostgreSQL takes it in lower
+// case, as it would unquoted. Create makes the sequence. It does no I/O.
 func NewSequence(db *sql.DB, name string) (*Sequence, error) {
 	if shared.IsNil(db) {
 		return nil, invalidf("nil database")
 	}
-	if !sequenceName.MatchString(name) {
+	if !tableRE.MatchString(name) {
 		return nil, invalidf("sequence name %q is not a plain identifier of at most 63 bytes a part", name)
 	}
-	return &Sequence{db: db, name: name}, nil
+	return &Sequence{db: db, name: name, quoted: DialectPostgres.quote(name)}, nil
 }
 
 // Create creates the sequence if it does not exist.
 func (s *Sequence) Create(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, "CREATE SEQUENCE IF NOT EXISTS "+s.name); err != nil {
+	if _, err := s.db.ExecContext(ctx, "CREATE SEQUENCE IF NOT EXISTS "+s.quoted); err != nil {
 		return shared.Errorf("create sequence %s: %w", s.name, err)
 	}
 	return nil
@@ -52,7 +50,7 @@ func (s *Sequence) Create(ctx context.Context) error {
 // NextFence draws the sequence's next value.
 func (s *Sequence) NextFence(ctx context.Context, _ string) (int64, error) {
 	var n int64
-	if err := s.db.QueryRowContext(ctx, "SELECT nextval($1::regclass)", s.name).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, "SELECT nextval($1::regclass)", s.quoted).Scan(&n); err != nil {
 		return 0, shared.Errorf("nextval(%s): %w", s.name, err)
 	}
 	return n, nil

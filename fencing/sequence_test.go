@@ -25,6 +25,17 @@ func TestIntegrationSequenceFencesSurviveRedisRestart(t *testing.T) {
 	}
 	_, err = NewSequence(nil, "s")
 	require.ErrorIs(t, err, redlease.ErrInvalidArgument)
+	// A reserved word is a valid name: it is quoted, in lower case as
+	// PostgreSQL would fold it unquoted.
+	reserved, err := NewSequence(db, "User")
+	require.NoError(t, err)
+	require.NoError(t, reserved.Create(ctx))
+	n, err := reserved.NextFence(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var next int64
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT nextval('"user"')`).Scan(&next))
+	require.Equal(t, int64(2), next, "it is the sequence user")
 
 	c := redlease.New(lock.Client(t), redlease.WithFenceSource(src))
 	var last int64
@@ -38,7 +49,7 @@ func TestIntegrationSequenceFencesSurviveRedisRestart(t *testing.T) {
 		last = l.Fence()
 		require.NoError(t, l.Release(ctx))
 	}
-	n, err := c.LastFence(ctx, "r")
+	n, err = c.LastFence(ctx, "r")
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n, "the Redis counter started again, the source's fences did not")
 }

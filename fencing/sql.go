@@ -47,6 +47,28 @@ func (d SQLDialect) placeholder(n int) string {
 
 func (d SQLDialect) valid() bool { return d == DialectPostgres || d == DialectSQLite }
 
+// quote returns name, an identifier that tableRE accepted, quoted for the
+// dialect, each part of a schema-qualified name on its own, so that a
+// reserved word ("order", "end", "user") names a table or column as any
+// other word does. PostgreSQL gets the name in lower case in double quotes,
+// which names what the name unquoted did (PostgreSQL folds unquoted
+// identifiers to lower case), so quoting changes no name's meaning. SQLite
+// gets brackets: its identifiers are case-insensitive quoted or not, and a
+// double-quoted name that matches no column would be taken for a string
+// literal, turning a misspelt column into a silent comparison with a string
+// instead of an error.
+func (d SQLDialect) quote(name string) string {
+	parts := strings.Split(name, ".")
+	for i, part := range parts {
+		if d == DialectPostgres {
+			parts[i] = `"` + strings.ToLower(part) + `"`
+		} else {
+			parts[i] = "[" + part + "]"
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
 // SQLTx is what the SQL guards run their statements on: the caller's
 // transaction, a *sql.Tx, or a *sql.Conn inside BEGIN … COMMIT. A *sql.DB
 // also satisfies it, but there each statement commits on its own and the
@@ -62,7 +84,8 @@ var (
 )
 
 // identRE accepts a plain SQL identifier; tableRE also a schema-qualified one.
-// Both are spliced into statements unquoted, so nothing else may pass.
+// The names they accept are spliced into statements quoted (SQLDialect.quote),
+// which they need not escape: no quote or bracket gets through them.
 var (
 	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 	tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
@@ -90,8 +113,7 @@ var (
 // The zero value is not usable; call NewSQLGuard. An SQLGuard is safe for
 // concurrent use.
 type SQLGuard struct {
-	dialect   SQLDialect
-	table     string
+	table     string // as given, for messages
 	upsert    string
 	newest    string
 	forget    string
@@ -100,9 +122,10 @@ type SQLGuard struct {
 }
 
 // NewSQLGuard returns a guard that keeps its records in table, a plain or
-// schema-qualified identifier (letters, digits and underscores; spliced into
-// SQL unquoted, so PostgreSQL folds it to lower case; at most 63 bytes a
-// part, PostgreSQL's limit). The table must have the columns that
+// schema-qualified identifier (letters, digits and underscores, at most 63
+// bytes a part, PostgreSQL's limit; a reserved word will do, since it is
+// quoted in the statements; PostgreSQL takes it in lower case, as it would
+// unquoted). The table must have the columns that
 // CreateTable creates. NewSQLGuard does no I/O. Of the options, WithObserver
 // and WithLogger apply.
 func NewSQLGuard(dialect SQLDialect, table string, opts ...Option) (*SQLGuard, error) {
@@ -113,20 +136,21 @@ func NewSQLGuard(dialect SQLDialect, table string, opts ...Option) (*SQLGuard, e
 		return nil, invalidf("table name %q is not a plain identifier", table)
 	}
 	p := dialect.placeholder
-	g := &SQLGuard{dialect: dialect, table: table, observers: newConfig(opts).observers}
+	g := &SQLGuard{table: table, observers: newConfig(opts).observers}
+	quoted := dialect.quote(table)
 	// The alias g names the stored row, excluded the offered one. The update
 	// branch doubles as the check: when its WHERE fails, no row is affected.
 	g.upsert = fmt.Sprintf(`INSERT INTO %s AS g (resource, fence, owner) VALUES (%s, %s, %s)
 ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, owner = excluded.owner
 WHERE excluded.fence > g.fence OR (excluded.fence = g.fence AND excluded.owner = g.owner)`,
-		table, p(1), p(2), p(3))
-	g.newest = fmt.Sprintf(`SELECT fence, owner FROM %s WHERE resource = %s`, table, p(1))
-	g.forget = fmt.Sprintf(`DELETE FROM %s WHERE resource = %s`, table, p(1))
+		quoted, p(1), p(2), p(3))
+	g.newest = fmt.Sprintf(`SELECT fence, owner FROM %s WHERE resource = %s`, quoted, p(1))
+	g.forget = fmt.Sprintf(`DELETE FROM %s WHERE resource = %s`, quoted, p(1))
 	g.ddl = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	resource TEXT NOT NULL PRIMARY KEY,
 	fence    BIGINT NOT NULL CHECK (fence > 0),
 	owner    TEXT NOT NULL
-)`, table)
+)`, quoted)
 	return g, nil
 }
 

@@ -313,16 +313,58 @@ func TestSQLGuardRejectsBadInputWithoutStatements(t *testing.T) {
 func TestRowGuardCond(t *testing.T) {
 	pg, err := NewRowGuard(DialectPostgres, "t", "id", "last_fence", "last_owner")
 	require.NoError(t, err)
-	require.Equal(t, "(last_fence < $4 OR (last_fence = $4 AND last_owner = $5))", pg.Cond(4))
+	require.Equal(t, `("last_fence" < $4 OR ("last_fence" = $4 AND "last_owner" = $5))`, pg.Cond(4))
 	lite, err := NewRowGuard(DialectSQLite, "t", "id", "last_fence", "")
 	require.NoError(t, err)
-	require.Equal(t, "last_fence < ?2", lite.Cond(2))
+	require.Equal(t, "[last_fence] < ?2", lite.Cond(2))
 
 	// Only the owner column may be left out.
 	for _, cols := range [][3]string{{"", "last_fence", ""}, {"id", "", ""}, {"", "", ""}, {"id", "", "last_owner"}} {
 		_, err := NewRowGuard(DialectPostgres, "t", cols[0], cols[1], cols[2])
 		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "%q", cols)
 	}
+}
+
+// Reserved words pass the identifier check, so they must work as names: the
+// guards quote every name they splice into a statement. Mixed case names
+// what it named unquoted (PostgreSQL folds it to lower case).
+func TestSQLGuardsTakeReservedWords(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d dialectDB) {
+		ctx := t.Context()
+		g, err := NewSQLGuard(d.SQLDialect, "order")
+		require.NoError(t, err)
+		require.NoError(t, g.CreateTable(ctx, d.db))
+		nothing := func(*sql.Tx) error { return nil }
+		require.NoError(t, fencedTx(ctx, d.db, g, "r", 5, "a", nothing))
+		require.ErrorIs(t, fencedTx(ctx, d.db, g, "r", 4, "b", nothing), ErrStaleFence)
+		require.NoError(t, g.Forget(ctx, d.db, "r"))
+		require.NoError(t, fencedTx(ctx, d.db, g, "r", 4, "b", nothing))
+
+		// Double quotes are the caller's own SQL: valid in both dialects.
+		d.exec(t, `CREATE TABLE "select" ("user" BIGINT PRIMARY KEY, "end" BIGINT NOT NULL DEFAULT 0,
+			"group" TEXT NOT NULL DEFAULT '')`)
+		d.exec(t, `INSERT INTO "select" ("user") VALUES (1)`)
+		for _, owner := range []string{"group", ""} {
+			rows, err := NewRowGuard(d.SQLDialect, "Select", "USER", "End", owner)
+			require.NoError(t, err)
+			args := []any{1, int64(0), "o"}
+			if owner == "" {
+				args = args[:2] // Cond refers to no owner argument
+			}
+			bump := func(fence int64) error {
+				args[1] = fence
+				res, err := d.db.ExecContext(ctx, `UPDATE "select" SET "end" = `+d.placeholder(2)+
+					` WHERE "user" = `+d.placeholder(1)+` AND `+rows.Cond(2), args...)
+				if err != nil {
+					return err
+				}
+				return rows.Verify(ctx, d.db, res, 1, fence, "o")
+			}
+			require.NoError(t, bump(10), "owner column %q", owner)
+			require.ErrorIs(t, bump(9), ErrStaleFence, "owner column %q", owner)
+			d.exec(t, `UPDATE "select" SET "end" = 0`)
+		}
+	})
 }
 
 // The names the SQL guards refuse before any statement are names PostgreSQL
