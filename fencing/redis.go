@@ -115,8 +115,9 @@ func NewScript(body string, opts ...Option) *Script {
 		records: records, err: err}
 }
 
-// Run runs the script on rdb with EVALSHA, or EVAL when the server does not
-// have the script cached, in one round trip: keys[0] is the fenced data key,
+// Run runs the script on rdb with EVALSHA, and then with EVAL if the server
+// answers that it does not have the script cached (NOSCRIPT): one round trip
+// once the script is cached, two the first time. keys[0] is the fenced data key,
 // fence and owner the caller's token. The returned command's value is the
 // body's reply; its error is a *StaleFenceError (matching ErrStaleFence) if
 // the fencing rule refused the token (nothing ran then), redis.Nil if the body
@@ -192,7 +193,8 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 
 // RedisGuard makes fenced writes to data kept in Redis, on the Redis that
 // holds the data, which need not be the one that holds the leases. Each write
-// is one Lua script, one round trip: the fence check and the write happen
+// is one Lua script (one round trip once the script is cached on the
+// server, two before: EVALSHA, then EVAL): the fence check and the write happen
 // atomically, and only if the fencing rule admits the writer's fence for the
 // key (fence > newest, or fence == newest from the same owner).
 //

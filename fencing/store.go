@@ -145,7 +145,8 @@ func NewRedisStore(rdb redis.UniversalClient, opts ...Option) *RedisStore {
 	return s
 }
 
-// Admit implements Store in one round trip. Besides a *StaleFenceError
+// Admit implements Store in one round trip once its script is cached on the
+// server (the first call sends EVALSHA, then EVAL). Besides a *StaleFenceError
 // it returns an error matching redlease.ErrInvalidArgument for an empty
 // resource or owner, or a fence outside 1..MaxFence, and errors of the
 // request (matching redlease.ErrOutcomeUnknown when the fence may have been

@@ -1,4 +1,4 @@
--- fenced del: the body of RedisGuard.Del, run behind fence_check.lua. The
+-- fenced del: the body of RedisGuard.Del, run behind check.lua. The
 -- fence record stays, so a stale holder cannot recreate the key afterwards.
 --
 -- KEYS[1]  the data key

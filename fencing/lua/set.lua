@@ -1,4 +1,4 @@
--- fenced set: the body of RedisGuard.Set, run behind fence_check.lua.
+-- fenced set: the body of RedisGuard.Set, run behind check.lua.
 --
 -- KEYS[1]  the data key
 -- ARGV[1]  the value
