@@ -30,10 +30,13 @@ const MaxFence = redlease.MaxFence
 // fencing rule (see the package documentation). It matches ErrStaleFence
 // with errors.Is.
 //
-// Newest above redlease.Client.LastFence means the fence counter went back
-// (a Redis failover, a restart without persistence, a FLUSHALL): repair it
-// with Client.AdvanceFence(ctx, resource, Newest), or every new holder is
-// refused.
+// For fences drawn from the Redis counter (the default), Newest above
+// redlease.Client.LastFence means the fence counter went back (a Redis
+// failover, a restart without persistence, a FLUSHALL): repair it with
+// Client.AdvanceFence(ctx, resource, Newest), or every new holder is
+// refused. With redlease.WithFenceSource the fences come from the source and
+// the Redis counter only counts acquisitions, so a LastFence below Newest
+// says nothing there; a source that went back is repaired at the source.
 type StaleFenceError struct {
 	// Resource names what refused the write: the guard's resource name, the
 	// Redis data key, or the table row.
