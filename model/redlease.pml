@@ -567,7 +567,7 @@ end:
 
 /* ----------------------------------------------------------- the client */
 
-/* abstracts: the resource's guard -- fence_check.lua (RedisGuard,
+/* abstracts: the resource's guard -- fencing/lua/check.lua (RedisGuard,
  * FencedScript), SQLGuard.Check, RowGuard.Cond, HTTPGuard with a
  * FenceStore; the rule is admits() in guard.go. Check and write are one
  * atomic step. */
