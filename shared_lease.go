@@ -221,8 +221,8 @@ func releaseCallOf(kind leaseKind, k *resourceKeys, sk *sharedKeys, owner, membe
 		return call{s: semaphoreReleaseScript, words: []any{nil, nil, 4, &sk.permits, &sk.holders, &k.queue, &k.alive,
 			owner, permit, &k.wake, flag(sharded), member}, kind: intReply}
 	case kindRead:
-		return call{s: readReleaseScript, words: []any{nil, nil, 5, &sk.readers, &k.queue, &k.alive, &sk.readq, &sk.readrel,
-			owner, &k.wake, flag(sharded), member}, kind: intReply}
+		return call{s: readReleaseScript, words: []any{nil, nil, 6, &sk.readers, &k.queue, &k.alive, &sk.readq, &sk.readrel,
+			&sk.readinfo, owner, &k.wake, flag(sharded), member}, kind: intReply}
 	case kindWrite:
 		return call{s: writeReleaseScript, words: []any{nil, nil, 5, &sk.writer, &k.queue, &k.alive, &sk.wrel, &sk.readq,
 			owner, &k.wake, flag(sharded), member}, kind: intReply}

@@ -431,3 +431,26 @@ func TestIntegrationRetriedReleaseAfterTheNextHolderIsRecognised(t *testing.T) {
 		})
 	}
 }
+
+// A released reader's entry in readinfo goes with its release. (It stayed:
+// the trimming in rw_read.lua reaches only readers still in readers, and
+// each new reader lengthened readinfo's TTL, so while readers overlapped the
+// hash grew by one entry per read lease: 51 here, beside one reader.)
+func TestIntegrationReleasedReadersLeaveReadInfo(t *testing.T) {
+	rdb := servertest.Redis(t).Client(t)
+	ctx := t.Context()
+	c := New(rdb, WithAutoRenew(false))
+	long, err := c.TryAcquireRead(ctx, "doc")
+	require.NoError(t, err)
+	for range 50 {
+		r, err := c.TryAcquireRead(ctx, "doc")
+		require.NoError(t, err)
+		require.NoError(t, r.Release(ctx))
+	}
+	readers := key(DefaultPrefix, "doc", kindReaders)
+	readinfo := key(DefaultPrefix, "doc", kindReadInfo)
+	require.Equal(t, int64(1), rdb.ZCard(ctx, readers).Val())
+	require.Equal(t, []string{long.Owner()}, rdb.HKeys(ctx, readinfo).Val(), "only the reader still inside")
+	require.NoError(t, long.Release(ctx))
+	require.Zero(t, rdb.HLen(ctx, readinfo).Val())
+}

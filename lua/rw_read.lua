@@ -16,7 +16,8 @@
 -- Writers first: a reader is refused while a writer holds the lease or a
 -- live writer waits for it, so a stream of readers cannot starve a writer.
 -- Each taking trims at most two readers that lapsed, so the work does not
--- grow with them (a released reader leaves at once: see rw_read_release.lua). Returns {1, fence} when the owner holds a
+-- grow with them (a released reader leaves readers and readinfo at once:
+-- see rw_read_release.lua). Returns {1, fence} when the owner holds a
 -- read lease (newly, or from an attempt whose reply was lost), or
 -- {0, pttl, first, holder}: pttl the writer's time left (0 while a writer
 -- waits), first 1 when the reader should wake at pttl, holder the writer's

@@ -7,6 +7,7 @@
 -- KEYS[5] readrel  <prefix>{<resource>}:readrel  ZSET owner -> the expiry its
 --                  read lease had when released: recognises a retried
 --                  release for the time the lease had left
+-- KEYS[6] readinfo (see rw_read.lua): the owner's entry goes with it
 -- ARGV[1] owner token   ARGV[2] wake channel   ARGV[3] '1' on Cluster
 -- ARGV[4] the owner's reader-queue member if it may be waiting, else ''
 --
@@ -19,6 +20,10 @@ local released = 0
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 if exp and exp > now then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  -- Its fence and holder go too: rw_read.lua trims only readers still in
+  -- readers, and each new reader lengthens readinfo's TTL, so an entry left
+  -- here would stay for as long as readers overlap.
+  redis.call('HDEL', KEYS[6], ARGV[1])
   redis.call('ZADD', KEYS[5], exp, ARGV[1])
   grow(KEYS[5], exp - now)
   released = 1
