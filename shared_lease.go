@@ -153,8 +153,8 @@ func (a *acquisition) sharedCall(timeout any) call {
 	switch a.kind {
 	case kindPermit:
 		return call{s: semaphoreScript, words: []any{nil, nil, 5, &sk.permits, &sk.holders, &k.fence, &k.queue, &k.alive,
-			&a.owner, a.cfg.ttlArg, timeout, flag(a.cfg.fair), flag(a.queued), &a.member, &a.cfg.holder, a.permits},
-			kind: arrayReply}
+			&a.owner, a.cfg.ttlArg, timeout, flag(a.cfg.fair), flag(a.queued), &a.member, &a.cfg.holder, a.permits,
+			&k.wake, flag(a.c.b.sharded())}, kind: arrayReply}
 	case kindRead:
 		return call{s: readScript, words: []any{nil, nil, 7, &sk.writer, &sk.readers, &sk.readinfo, &k.fence, &k.queue,
 			&k.alive, &sk.readq, &a.owner, a.cfg.ttlArg, timeout, &a.member, &a.cfg.holder}, kind: arrayReply}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlease/redlease/internal/clock"
 	"github.com/redlease/redlease/internal/servertest"
 )
 
@@ -89,8 +90,10 @@ func TestIntegrationSemaphorePermitGoesToTheNextHolderWithAHigherFence(t *testin
 	require.NoError(t, b.Release(ctx))
 }
 
-// Waiters for a full semaphore are woken by a release, one per permit, in
-// far less than the polling backoff; the watchdog renews permits.
+// Waiters for a full semaphore take turns as permits are released (that
+// each is woken by a wake-up, not a timer, is
+// TestIntegrationSemaphoreQuickReleasesWakeOneWaiterEach's); the watchdog
+// renews permits.
 func TestIntegrationSemaphoreWaitersAreWokenByReleases(t *testing.T) {
 	rdb := servertest.Redis(t).Client(t)
 	ctx := t.Context()
@@ -453,4 +456,112 @@ func TestIntegrationReleasedReadersLeaveReadInfo(t *testing.T) {
 	require.Equal(t, []string{long.Owner()}, rdb.HKeys(ctx, readinfo).Val(), "only the reader still inside")
 	require.NoError(t, long.Release(ctx))
 	require.Zero(t, rdb.HLen(ctx, readinfo).Val())
+}
+
+// Two permits released in quick succession, both before the first waiter's
+// attempt runs, get both waiters in, by wake-ups alone: the waiters' Clients
+// run on a clock that never moves, so no backoff timer of theirs ever fires,
+// and a waiter that no wake-up reaches waits for good. (Both releases woke
+// the first waiter, which stays first in the queue until its attempt runs;
+// the second slept until its timer, 25 ms to 1 s later, and with WithFair
+// the free permit sat idle meanwhile.)
+func TestIntegrationSemaphoreQuickReleasesWakeOneWaiterEach(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprint("fair=", fair), func(t *testing.T) {
+			srv := servertest.Redis(t)
+			ctx := t.Context()
+			holders := New(srv.Client(t), WithAutoRenew(false))
+			a, err := holders.TryAcquireSemaphore(ctx, "pool", 2, WithTTL(time.Minute))
+			require.NoError(t, err)
+			b, err := holders.TryAcquireSemaphore(ctx, "pool", 2, WithTTL(time.Minute))
+			require.NoError(t, err)
+
+			gate := &gateHook{}
+			rdb := srv.Client(t)
+			rdb.AddHook(gate)
+			frozen := clock.NewFake(time.Now())
+			var waiters []*Client
+			got := make(chan acquired, 2)
+			for i := range 2 {
+				c := New(rdb, WithAutoRenew(false), WithTTL(time.Minute), WithFair(fair),
+					clock.Option(frozen).(Option))
+				defer c.Close(ctx)
+				waiters = append(waiters, c)
+				go func() {
+					l, err := c.AcquireSemaphore(ctx, "pool", 2)
+					got <- acquired{l, err}
+				}()
+				// In the queue in this order, and asleep on the frozen clock.
+				servertest.WaitFor(t, 5*time.Second, func() bool {
+					return len(queued(t, srv.Client(t), "pool")) == i+1 && c.hub.asleep.Load() == 1
+				})
+			}
+
+			gate.shut() // the woken waiter's attempt waits until both releases ran
+			require.NoError(t, errors.Join(a.Release(ctx), b.Release(ctx)))
+			gate.open()
+			var fences []int64
+			for range 2 {
+				// The bound is no timing: without a wake-up the waiter never
+				// gets in, with one it does within milliseconds.
+				r := servertest.Recv(t, got, 2*time.Second)
+				require.NoError(t, r.err)
+				fences = append(fences, r.l.Fence())
+				defer r.l.Release(ctx)
+			}
+			require.Empty(t, queued(t, srv.Client(t), "pool"))
+			require.Greater(t, min(fences[0], fences[1]), b.Fence())
+		})
+	}
+}
+
+// gateHook holds a client's scripts, while it is shut, until it is opened.
+type gateHook struct {
+	mu     sync.Mutex
+	opened chan struct{} // nil while open
+}
+
+func (g *gateHook) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.opened = make(chan struct{})
+}
+
+func (g *gateHook) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.opened)
+	g.opened = nil
+}
+
+// wait returns once the gate is open, if any of cmds is a script.
+func (g *gateHook) wait(cmds ...redis.Cmder) {
+	g.mu.Lock()
+	opened := g.opened
+	g.mu.Unlock()
+	if opened == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+			<-opened
+			return
+		}
+	}
+}
+
+func (g *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g.wait(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		g.wait(cmds...)
+		return next(ctx, cmds)
+	}
 }

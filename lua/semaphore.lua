@@ -13,12 +13,14 @@
 -- ARGV[1]  owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not queue)
 -- ARGV[4]  '1' for fair  ARGV[5] '1' if the owner may be queued
 -- ARGV[6]  the owner's queue member   ARGV[7] holder description   ARGV[8] N
+-- ARGV[9]  wake channel <prefix>{<resource>}:wake   ARGV[10] '1' on Cluster
 --
 -- Finding a permit costs O(log N), whatever the number of expired holders:
 -- the lowest expiry is reused once it has passed, else the next unused
 -- permit is added. Both keys expire with their longest-lived holder.
 --
--- Returns {1, permit, fence} when the owner holds a permit (newly, or already
+-- A waiter that takes a permit while another is free wakes the next
+-- waiter (see below). Returns {1, permit, fence} when the owner holds a permit (newly, or already
 -- from an attempt whose reply was lost); {0, pttl, first, ''} when all N are
 -- held (pttl: until the first expires); {-1, M} when the resource is in use
 -- with M permits, not N, and some permit is held (once none is, N may
@@ -99,4 +101,15 @@ if ARGV[7] ~= '' then
   value = value .. ':' .. ARGV[7]
 end
 hold(p, value)
+-- A chain wake-up: a release wakes the first live waiter, which stays first
+-- until its own attempt runs, so releases in quick succession all wake that
+-- same waiter, and the others would sleep until their timers (with WithFair
+-- the free permit would sit idle meanwhile). So a waiter that takes a
+-- permit passes the wake-up on while a permit is still free: every release
+-- is then followed by one grant to a waiter, which wakes the next, at one
+-- message per grant. (Waking as many waiters as free permits at each release
+-- would wake the same still-queued waiters again at every release.)
+if queued and free() then
+  wake(KEYS[4], KEYS[5], ARGV[9], ARGV[10])
+end
 return {1, tonumber(p), fence}
