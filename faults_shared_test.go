@@ -232,6 +232,28 @@ func (h *history) count(kind opKind, res outcomeKind) int {
 
 func anyUse(opInput) bool { return true }
 
+// replacedBetween reports whether a client other than client released,
+// within [from, to], a lease whose release replaces the record by which a
+// retried release of in's lease is recognised: a semaphore keeps one per
+// permit, read/write leases one for the last write lease; read leases keep
+// one each, which no other release replaces.
+func (h *history) replacedBetween(client int, in opInput, from, to time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, op := range h.ops {
+		o := op.Input.(opInput)
+		if o.kind != opRelease || op.ClientId == client || op.Output.(opOutput).res != resOK ||
+			op.Call > int64(to.Sub(h.start)) || op.Return < int64(from.Sub(h.start)) {
+			continue
+		}
+		if (in.lease == leasePermit && o.lease == leasePermit && o.permit == in.permit) ||
+			(in.lease == leaseWrite && o.lease == leaseWrite) {
+			return true
+		}
+	}
+	return false
+}
+
 // ---- the holder of a permit, a write lease or a read lease paused ----
 
 // The holder of a permit, of a write lease or of a read lease, in a client
@@ -379,9 +401,14 @@ func (s *sharedScene) repair(ctx context.Context) int {
 // one permit or lease in Redis, or none once it returned an error — after
 // the TTL at the latest, for an acquire whose give-back was lost too (best
 // effort, as TryAcquire documents); unknown outcomes are reported as such; a
-// release repeated after an unknown outcome is recognised, or reported lost
-// (see TestFaultSharedRetriedReleaseAfterTheNextHolder), and the permit or
-// lease is free afterwards; at most one fence per logical acquire.
+// release repeated after an unknown outcome is recognised, for every kind of
+// lease, and the permit or lease is free afterwards; at most one fence per
+// logical acquire. A repeated release may be reported lost only when the
+// record that recognises it could have gone in between (see
+// replacedBetween, and TestIntegrationRetriedReleaseAfterTheNextHolderIsRecognised
+// for how long the records last); the retry follows at once, so that is
+// practically never. (With the recognition taken out of the scripts, this
+// test still passed: every retried release reported lost was accepted.)
 func TestFaultSharedLostReplies(t *testing.T) {
 	forSharedKinds(t, func(t *testing.T, s *sharedScene) {
 		ctx := t.Context()
@@ -410,7 +437,8 @@ func TestFaultSharedLostReplies(t *testing.T) {
 
 		stop := make(chan struct{})
 		done := s.start(ctx, stop, scale(2, 4))
-		var recognised, reportedLost, phantoms int
+		var reportedLost, excused, phantoms int
+		recognised, retried := map[leaseKind]int{}, map[leaseKind]int{}
 		for i := range scale(24, 200) {
 			try := i%4 == 3
 			if try {
@@ -431,6 +459,7 @@ func TestFaultSharedLostReplies(t *testing.T) {
 				servertest.WaitFor(t, 2*faultTTL, func() bool { return len(held()) == 0 })
 				continue
 			}
+			acquired := time.Now()
 			hs := held()
 			require.Len(t, hs, 1, "one permit or lease per logical acquire: %+v", hs)
 			require.Equal(t, l.Owner(), hs[0].Owner)
@@ -440,13 +469,24 @@ func TestFaultSharedLostReplies(t *testing.T) {
 				_ = s.h.Refresh(ctx, 50, l)
 			}
 			lose(1)
+			released := time.Now()
 			if err := s.h.Release(ctx, 50, l); errors.Is(err, redlease.ErrOutcomeUnknown) {
+				kind := s.kindOf(i)
+				retried[kind]++
 				switch err := s.h.Release(ctx, 50, l); {
 				case err == nil:
-					recognised++
+					recognised[kind]++
 				default:
 					require.ErrorIs(t, err, redlease.ErrLeaseLost, "asked again, the release is recognised or reported lost")
 					reportedLost++
+					// Lost is right only if the lease had lapsed before its
+					// release (half the TTL after the acquire: generous), or
+					// if another holder's release replaced the record in
+					// between.
+					require.True(t, released.Sub(acquired) > faultTTL/2 ||
+						s.h.replacedBetween(50, s.h.leaseInput(opRelease, l), released, time.Now()),
+						"asked again at once, a release of %v is recognised: %v", kind, err)
+					excused++
 				}
 			}
 			require.Empty(t, held(), "released")
@@ -460,8 +500,11 @@ func TestFaultSharedLostReplies(t *testing.T) {
 		n, err := admin.LastFence(ctx, s.resource)
 		require.NoError(t, err)
 		require.LessOrEqual(t, n, int64(s.h.count(opAcquire, resOK)+unknownAcquires), "at most one fence per logical acquire")
-		t.Logf("unknown outcomes: %d acquires (%d left a holder for the TTL), %d renewals, %d releases; retried releases: %d recognised, %d reported lost",
-			unknownAcquires, phantoms, s.h.count(opRenew, resUnknown), s.h.count(opRelease, resUnknown), recognised, reportedLost)
+		for kind, n := range retried {
+			require.Positive(t, recognised[kind], "of %d retried releases of %v, some are recognised", n, kind)
+		}
+		t.Logf("unknown outcomes: %d acquires (%d left a holder for the TTL), %d renewals, %d releases; retried releases: %v recognised of %v, %d reported lost (%d excused)",
+			unknownAcquires, phantoms, s.h.count(opRenew, resUnknown), s.h.count(opRelease, resUnknown), recognised, retried, reportedLost, excused)
 		s.h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 	})
 }
