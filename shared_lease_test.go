@@ -565,3 +565,32 @@ func (g *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		return next(ctx, cmds)
 	}
 }
+
+// A permit's release whose reply was lost, retried after the semaphore's
+// number of permits changed, is recognised. (The change deleted the holders
+// hash, and with it the record of the release: the retry reported
+// ErrLeaseLost.)
+func TestIntegrationRetriedPermitReleaseAfterTheNumberChangedIsRecognised(t *testing.T) {
+	ctx := t.Context()
+	srv := servertest.Redis(t)
+	proxy := servertest.StartProxy(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	lossy, other := New(rdb, WithAutoRenew(false)), New(srv.Client(t), WithAutoRenew(false))
+	defer lossy.Close(ctx)
+	defer other.Close(ctx)
+	warmUp, err := other.TryAcquireSemaphore(ctx, "s", 1) // the scripts in the server's cache
+	require.NoError(t, err)
+	require.NoError(t, warmUp.Release(ctx))
+
+	a, err := lossy.TryAcquireSemaphore(ctx, "s", 1)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Ping(ctx).Err())
+	proxy.DropReplies(1)
+	require.ErrorIs(t, a.Release(ctx), ErrOutcomeUnknown, "the release ran, its reply was lost")
+	b, err := other.TryAcquireSemaphore(ctx, "s", 2)
+	require.NoError(t, err, "none held: the number may change")
+	require.Equal(t, a.Permit(), b.Permit())
+	require.NoError(t, a.Release(ctx), "asked again, the release that happened is recognised")
+	require.NoError(t, b.Release(ctx))
+}

@@ -38,7 +38,14 @@ if known and known ~= n then
   if last[2] and tonumber(last[2]) > now then
     return {-1, known}
   end
-  redis.call('DEL', permits, holders) -- nobody holds a permit: N may change
+  -- Nobody holds a permit: N may change. The permits go (one above the new
+  -- N must not be taken); the holders hash stays, for its 'r:'<permit>
+  -- records, so that a release retried after the change is still
+  -- recognised. Its other entries are harmless: a permit's holder and its
+  -- 'o:' entry count only with the permit's expiry, gone now, and each is
+  -- replaced when its permit is taken again. Those of permits above a
+  -- smaller new N stay until the key expires, at most the old N's worth.
+  redis.call('DEL', permits)
 end
 
 local function hold(p, value)
