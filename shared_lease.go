@@ -61,6 +61,9 @@ func newSharedKeys(prefix, resource string) *sharedKeys {
 // that paused past its TTL, while its permit went to someone else, is
 // turned away. A release of one permit wakes one waiter.
 //
+// As for read/write leases (see AcquireWrite), do not use resource for
+// another kind of lease: the kinds share the waiters' queue.
+//
 // permits must be in 1..MaxPermits. All holders of resource must agree on
 // it: while any permit of resource is held, a call with another number
 // fails with an error matching ErrNotAcquired and ErrInvalidArgument; once
@@ -83,7 +86,8 @@ const MaxPermits = 1 << 20
 // reader and never with a writer, waiting as Acquire does while a writer
 // holds the resource or waits for it: writers come first, so that a stream
 // of readers cannot starve a writer (readers wait while writers follow one
-// another). A writer's release wakes every waiting reader.
+// another). A writer's release wakes the next waiting writer if there is
+// one, else every waiting reader.
 //
 // A read lease's fence is drawn from the same counter as the write leases':
 // it is larger than the fence of every write lease granted before it and
@@ -107,8 +111,12 @@ func (c *Client) TryAcquireRead(ctx context.Context, resource string, opts ...Op
 // released theirs (or their leases have lapsed). Its fence is larger than
 // every earlier write lease's (and read lease's) of resource.
 //
-// Read and write leases of a resource are apart from its exclusive lease
-// (Acquire): use one kind per resource.
+// Use one kind of lease per resource name: read/write leases, a semaphore
+// or the exclusive lease (Acquire). Their holders are kept in keys of their
+// own, but the waiters of every kind share the resource's queue and wake
+// channel, so a waiter of one kind holds up the others (while an Acquire
+// waits on "config", TryAcquireRead("config") fails as if a writer waited)
+// and a release of one kind may spend its wake-up on a waiter of another.
 func (c *Client) AcquireWrite(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	return c.acquireShared(ctx, resource, kindWrite, 0, opts, true)
 }

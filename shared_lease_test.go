@@ -205,7 +205,7 @@ func TestReadersShareAndWritersExclude(t *testing.T) {
 			require.NoError(t, r3.Release(ctx))
 
 			l, err := c.TryAcquire(ctx, "config")
-			require.NoError(t, err, "the exclusive lease of a resource is apart from its read/write leases")
+			require.NoError(t, err, "nothing held or waited for: the exclusive lease is free too (holders are kept in keys of their own)")
 			require.NoError(t, l.Release(ctx))
 		})
 	}

@@ -1,5 +1,7 @@
--- queue.lua: shared functions, inserted into acquire.lua, acquire_all.lua,
--- release.lua and break.lua at their line '--#queue'.
+-- queue.lua: shared functions, inserted at their line '--#queue' into
+-- acquire.lua, acquire_all.lua, release.lua, break.lua and the scripts of
+-- shared leases, semaphore*.lua and rw_*.lua (the refresh scripts only for
+-- the clock and grow).
 --
 -- The waiters of one resource queue in Redis, so that a release wakes exactly
 -- one of them (no stampede) and, for fair leases, so that the lease goes to

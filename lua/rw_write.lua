@@ -4,8 +4,11 @@
 --
 -- KEYS[1] writer, KEYS[2] readers (see rw_read.lua), KEYS[3] fence,
 -- KEYS[4] queue, KEYS[5] alive (the waiting writers, see queue.lua)
--- ARGV as acquire.lua's: owner, TTL, waiter timeout, fair, queued, member,
--- holder description
+-- ARGV[1] owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not queue)
+-- ARGV[4] '1' for fair   ARGV[5] '1' if the owner may be queued (not, as in
+--         acquire.lua, 'not the first attempt': the write lease is checked
+--         for being ours on every attempt)
+-- ARGV[6] the owner's queue member   ARGV[7] holder description
 --
 -- As acquire.lua, on the writer key, and busy while a reader's lease is
 -- unexpired: a waiting writer queues, which stops new readers (see
