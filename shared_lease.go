@@ -214,10 +214,8 @@ func (l *Lease) refreshCall() call {
 	case kindRead:
 		return call{s: readRefreshScript, words: []any{nil, nil, 2, &sk.readers, &sk.readinfo,
 			&l.owner, l.cfg.ttlArg}, kind: intReply}
-	case kindWrite:
-		return refreshCall(&sk.writer, &l.owner, l.cfg.ttlArg)
 	}
-	return refreshCall(&l.keys.lease, &l.owner, l.cfg.ttlArg)
+	return refreshCall(&sk.writer, &l.owner, l.cfg.ttlArg) // kindWrite: refresh.lua on the writer key
 }
 
 // releaseCall is the compare-and-release call of a lease of kind, on keys
