@@ -20,7 +20,9 @@
 -- permit is added. Both keys expire with their longest-lived holder.
 --
 -- A waiter that takes a permit while another is free wakes the next
--- waiter (see below). Returns {1, permit, fence} when the owner holds a permit (newly, or already
+-- waiter (see below).
+--
+-- Returns {1, permit, fence} when the owner holds a permit (newly, or already
 -- from an attempt whose reply was lost); {0, pttl, first, ''} when all N are
 -- held (pttl: until the first expires); {-1, M} when the resource is in use
 -- with M permits, not N, and some permit is held (once none is, N may

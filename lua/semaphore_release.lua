@@ -13,8 +13,8 @@
 -- hash keeps the released holder until the permit's next release, so that
 -- a retried release is recognised even after the permit was taken again.
 -- A release of one permit wakes one waiter (which, taking it, wakes the next
--- while a permit is still free: see semaphore.lua). Returns 1 if our permit was released (now or by an
--- earlier call whose reply was lost), else 0.
+-- while a permit is still free: see semaphore.lua). Returns 1 if our permit
+-- was released (now or by an earlier call whose reply was lost), else 0.
 --#queue
 local mine, p = ARGV[1] .. ':', ARGV[2]
 if p == '' then
