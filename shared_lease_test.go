@@ -480,13 +480,11 @@ func TestIntegrationSemaphoreQuickReleasesWakeOneWaiterEach(t *testing.T) {
 			rdb := srv.Client(t)
 			rdb.AddHook(gate)
 			frozen := clock.NewFake(time.Now())
-			var waiters []*Client
 			got := make(chan acquired, 2)
 			for i := range 2 {
 				c := New(rdb, WithAutoRenew(false), WithTTL(time.Minute), WithFair(fair),
 					clock.Option(frozen).(Option))
 				defer c.Close(ctx)
-				waiters = append(waiters, c)
 				go func() {
 					l, err := c.AcquireSemaphore(ctx, "pool", 2)
 					got <- acquired{l, err}
