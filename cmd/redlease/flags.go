@@ -59,16 +59,18 @@ func fail(stderr io.Writer, cmd string, err error) int {
 
 // oneRedlease returns msg without the "redlease: " that begins each of the
 // library's errors, wherever one begins a part of msg (its start, or after
-// ": ", "; " or "(") outside a quoted name: printed after "redlease <cmd>: ",
-// a line names redlease once. It stays one line: control characters (a
-// newline in a holder description that another program set) are escaped.
+// ": ", "; ", "(" or a newline, which is what errors.Join puts between
+// errors, as in Client.Close's) outside a quoted name: printed after
+// "redlease <cmd>: ", a line names redlease once. It stays one line:
+// control characters (a newline in a holder description that another
+// program set) are escaped.
 func oneRedlease(msg string) string {
 	const lib = "redlease: "
 	var b strings.Builder
 	quoted := false
 	for i := 0; i < len(msg); i++ {
 		if !quoted && strings.HasPrefix(msg[i:], lib) &&
-			(i == 0 || msg[i-1] == '(' || strings.HasSuffix(msg[:i], ": ") || strings.HasSuffix(msg[:i], "; ")) {
+			(i == 0 || msg[i-1] == '(' || msg[i-1] == '\n' || strings.HasSuffix(msg[:i], ": ") || strings.HasSuffix(msg[:i], "; ")) {
 			i += len(lib) - 1
 			continue
 		}

@@ -141,6 +141,8 @@ func TestOneRedlease(t *testing.T) {
 		`not acquired: redlease: lease not acquired: "r": context deadline exceeded (last attempt: redlease: outcome unknown)`: `not acquired: lease not acquired: "r": context deadline exceeded (last attempt: outcome unknown)`,
 		`redlease: redlease: twice`: `twice`,
 		`a; redlease: b`:            `a; b`,
+		// errors.Join (Client.Close) puts each error on a line of its own.
+		"redlease: a\nredlease: b": `a\nb`,
 		// Inside a quoted name, or not at the start of a part, it stays.
 		`redlease: "x: redlease: y" is held`:        `"x: redlease: y" is held`,
 		`redlease: "q\": redlease: z": redlease: w`: `"q\": redlease: z": w`,
