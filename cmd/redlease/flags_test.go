@@ -155,3 +155,23 @@ func TestOneRedlease(t *testing.T) {
 		}
 	}
 }
+
+// A command that cannot be run is found out before Redis is asked: with
+// nothing listening, run exits 127 or 126 as a shell would, not 69.
+func TestRunLooksUpTheCommandBeforeConnecting(t *testing.T) {
+	const down = "redis://127.0.0.1:1"
+	for _, tc := range []struct {
+		command string
+		code    int
+	}{
+		{"no-such-command-here", exitNotFound},
+		{"/no/such/path", exitNotFound},
+		{t.TempDir(), exitCannotExec}, // a directory
+	} {
+		var out, errOut bytes.Buffer
+		code := run([]string{"run", "-redis", down, "res", "--", tc.command}, &out, &errOut)
+		if code != tc.code || strings.Contains(errOut.String(), "unreachable") || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and one line", tc.command, code, errOut.String(), tc.code)
+		}
+	}
+}

@@ -160,11 +160,7 @@ func (g *guardian) start(argv []string) bool {
 // failed reports a command that could not be started, with redlease's exit
 // status for it.
 func (g *guardian) failed(err error) bool {
-	code := exitCannotExec // found, but a directory, not executable, or only relative to "."
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-		code = exitNotFound
-	}
-	fmt.Fprintf(g.report, "failed %d %v\n", code, err)
+	fmt.Fprintf(g.report, "failed %d %v\n", execStatus(err), err)
 	return false
 }
 

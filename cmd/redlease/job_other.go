@@ -3,8 +3,6 @@
 package main
 
 import (
-	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
 )
@@ -21,10 +19,7 @@ func startJob(spec jobSpec) (*job, error) {
 	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = spec.stdin, spec.stdout, spec.stderr, spec.env
 	if err := cmd.Start(); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, &startFailure{exitNotFound, err.Error()}
-		}
-		return nil, &startFailure{exitCannotExec, err.Error()}
+		return nil, &startFailure{execStatus(err), err.Error()}
 	}
 	j := &job{cmd: cmd, done: make(chan struct{})}
 	go func() { // ends when COMMAND has exited

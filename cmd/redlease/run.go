@@ -116,11 +116,26 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	opts = append(opts, redlease.WithHolder(commandHolder(rf.argv)))
 	ctx := context.Background()
-	s, err := rf.conn.open(ctx, stderr, input{resources: []string{rf.resource}, flags: rf.flags, kind: rf.kind})
+	// As conn.open, but a command that cannot be found fails after the
+	// flags are checked and before Redis is asked: its 127 or 126 must not
+	// depend on Redis being up (69).
+	s, err := rf.conn.session(stderr)
 	if err != nil {
 		return fail(stderr, "run", err)
 	}
 	defer s.close()
+	if err := s.checkInput(input{resources: []string{rf.resource}, flags: rf.flags, kind: rf.kind}); err != nil {
+		return fail(stderr, "run", err)
+	}
+	// exec.Command looks up only a name without a slash; LookPath also
+	// checks a path, that it exists and may be executed.
+	if _, err := exec.LookPath(rf.argv[0]); err != nil {
+		fmt.Fprintln(stderr, "redlease run:", oneRedlease(err.Error()))
+		return execStatus(err)
+	}
+	if err := s.connect(ctx); err != nil {
+		return fail(stderr, "run", err)
+	}
 	r := &runner{s: s, resource: rf.resource, argv: rf.argv, kind: rf.kind, wait: rf.wait, grace: rf.grace,
 		what: rf.kind.of(nil, rf.resource), stdout: stdout, stderr: stderr}
 	return r.run(ctx, !rf.nowait, opts)
@@ -224,16 +239,6 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 
-	// A command that cannot be found fails before the lease is taken.
-	// exec.Command looks up only a name without a slash; LookPath also
-	// checks a path, that it exists and may be executed.
-	if _, err := exec.LookPath(r.argv[0]); err != nil {
-		r.say("%v", err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return exitNotFound
-		}
-		return exitCannotExec // found, but a directory, not executable, or only relative to "."
-	}
 	renewals, observe := renewalNotices()
 	lease, code := r.acquire(ctx, sigs, wait, append(opts, observe))
 	if lease == nil {
@@ -302,6 +307,17 @@ type startFailure struct {
 }
 
 func (e *startFailure) Error() string { return e.msg }
+
+// execStatus is redlease's exit status for a COMMAND that could not be
+// looked up or started: 127 when it does not exist, 126 when it was found
+// but cannot be run (a directory, not executable, or found only relative
+// to "."), as a shell says.
+func execStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotExec
+}
 
 // conclude releases the lease after the command and what it left behind
 // are gone, and returns redlease's exit status: the command's, or exitLost
