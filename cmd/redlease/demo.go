@@ -52,7 +52,7 @@ func demoCommand(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(stderr, "demo", &usageError{fmt.Sprintf("unexpected arguments %q", fs.Args())})
 	}
-	s, stopEmbedded, err := demoSession(*redisURL, *ttl)
+	s, stopEmbedded, err := demoSession(*redisURL)
 	if err != nil {
 		return fail(stderr, "demo", err)
 	}
@@ -101,7 +101,7 @@ func demoCommand(args []string, stdout, stderr io.Writer) int {
 // demoSession returns a session on the Redis at url, or on an embedded
 // miniredis when url is empty, with a Client for the demo's leases, and a
 // function that stops the embedded server. It does no I/O.
-func demoSession(url string, ttl time.Duration) (*session, func(), error) {
+func demoSession(url string) (*session, func(), error) {
 	stopEmbedded := func() {}
 	var rdb redis.UniversalClient
 	where := redacted(url)
@@ -117,7 +117,10 @@ func demoSession(url string, ttl time.Duration) (*session, func(), error) {
 		}
 		rdb, where, stopEmbedded = redis.NewClient(&redis.Options{Addr: mr.Addr()}), "embedded miniredis", stop
 	}
-	locks := redlease.New(rdb, redlease.WithTTL(ttl), redlease.WithPrefix(demoPrefix))
+	// -ttl goes on each acquire (demostory.go), not on the Client: as the
+	// Client's default, a bad one would fail checkInput's first check, of
+	// the prefix, which would then be blamed for it.
+	locks := redlease.New(rdb, redlease.WithPrefix(demoPrefix))
 	return &session{rdb: rdb, locks: locks, prefix: demoPrefix, where: where}, stopEmbedded, nil
 }
 

@@ -108,3 +108,15 @@ func TestDemoExits69WhenRedisIsUnreachable(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 69 and one line", code, errOut.String())
 	}
 }
+
+// A bad -ttl is named as such, before any connection (the embedded Redis
+// is not asked either).
+func TestDemoNamesABadTTL(t *testing.T) {
+	for _, ttl := range []string{"0", "1.5ms", "-1s"} {
+		var out, errOut bytes.Buffer
+		code := run([]string{"demo", "-ttl", ttl}, &out, &errOut)
+		if code != exitUsage || !strings.HasPrefix(errOut.String(), "redlease demo: -ttl ") || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("-ttl %s: exit %d, stderr %q; want 2 and one line naming -ttl", ttl, code, errOut.String())
+		}
+	}
+}

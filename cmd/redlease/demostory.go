@@ -18,7 +18,7 @@ func (d *demoRun) tell() error {
 	// off models that. (A waits out a lease left by a run that was killed.)
 	actx, cancel := context.WithTimeout(d.ctx, 3*d.ttl)
 	defer cancel()
-	a, err := d.locks.Acquire(actx, d.resource, redlease.WithAutoRenew(false))
+	a, err := d.locks.Acquire(actx, d.resource, redlease.WithTTL(d.ttl), redlease.WithAutoRenew(false))
 	if err != nil {
 		return fmt.Errorf("A: %w", err)
 	}
@@ -65,7 +65,7 @@ func (d *demoRun) tell() error {
 
 // holderB takes the lease once A's has expired, and writes.
 func (d *demoRun) holderB(done chan<- error) {
-	b, err := d.locks.Acquire(d.ctx, d.resource)
+	b, err := d.locks.Acquire(d.ctx, d.resource, redlease.WithTTL(d.ttl))
 	if err != nil {
 		done <- fmt.Errorf("B: %w", err)
 		return
