@@ -315,9 +315,9 @@ func TestRunStopsTheCommandWhenItsGuardianIsKilled(t *testing.T) {
 }
 
 // redlease stopped by SIGSTOP (not Ctrl-Z, which it handles) renews
-// nothing and signals nothing: its guardian sends the group SIGTERM a
-// second (guardSlack) after the lease's local deadline, and SIGKILL -grace
-// later. Resumed, redlease finds its lease gone: exit 76.
+// nothing and signals nothing: its guardian sends the group SIGTERM
+// guardSlack (100 ms for a TTL of 2 s) after the lease's local deadline, and
+// SIGKILL -grace later. Resumed, redlease finds its lease gone: exit 76.
 func TestRunGuardianStopsTheCommandOfAStoppedRedlease(t *testing.T) {
 	t.Parallel()
 	srv := servertest.Redis(t)
@@ -328,7 +328,7 @@ func TestRunGuardianStopsTheCommandOfAStoppedRedlease(t *testing.T) {
 	stopped := time.Now()
 	eventually(t, 10*time.Second, "the command's group gone", func() bool { return groupGone(pgid) })
 	// The local deadline is at most 1.78 s away (TTL less 1 % and TTL/10).
-	if took := time.Since(stopped); took > 2*time.Second+guardSlack+5*time.Second {
+	if took := time.Since(stopped); took > 2*time.Second+maxGuardSlack+5*time.Second {
 		t.Errorf("the group went %v after redlease stopped", took)
 	}
 	if _, ok := stderr.first("has not acted"); !ok {
@@ -415,5 +415,31 @@ func TestRunReportsACommandTheGuardianCannotExecute(t *testing.T) {
 	}
 	if st, err := other.Inspect(t.Context(), "exec"); err != nil || st.Held {
 		t.Errorf("after the run: %+v, %v", st, err)
+	}
+}
+
+// The guardian's slack ends within the safety margin, before Redis can hand
+// the lease on: half the margin, at most a second. It was a second for every
+// TTL, past the margin for a TTL under 10 s.
+func TestGuardSlackEndsWithinTheMargin(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, time.Second}, // TTL 30 s: margin 3 s
+		{[]string{"-ttl", "2s"}, 100 * time.Millisecond},
+		{[]string{"-ttl", "5s"}, 250 * time.Millisecond},
+		{[]string{"-ttl", "5s", "-margin", "1s"}, 500 * time.Millisecond},
+		{[]string{"-ttl", "1m", "-margin", "10s"}, time.Second},
+		{[]string{"-ttl", "3ms"}, 150 * time.Microsecond}, // margin 0.3 ms
+	} {
+		var out, errOut bytes.Buffer
+		rf, _, done := parseRun(append(tc.args, "r", "--", "true"), &out, &errOut)
+		if done || rf.slack != tc.want {
+			t.Errorf("%q: slack %v (done %v, %s), want %v", tc.args, rf.slack, done, errOut.String(), tc.want)
+		}
+	}
+	if got := guardSlack(-time.Second); got != 0 {
+		t.Errorf("guardSlack of a negative margin (refused later): %v", got)
 	}
 }

@@ -45,15 +45,10 @@ import (
 // guardianCommand is the guardian's hidden subcommand.
 const guardianCommand = "__guardian"
 
-// guardSlack is how long the guardian gives redlease, when it is alive but
-// silent past the moment it would have acted (its lease's local deadline,
-// or its own SIGKILL), before it acts in its place: redlease stopped with
-// SIGSTOP, or stuck.
-const guardSlack = time.Second
-
 // guardian is the state of the guardian process.
 type guardian struct {
 	grace  time.Duration
+	slack  time.Duration // see guardSlack
 	stderr io.Writer
 	report *os.File
 	parent int // redlease's pid
@@ -77,11 +72,13 @@ const (
 	actKill // SIGKILL
 )
 
-// guardianMain runs the guardian: args are -grace D -- COMMAND [ARG...].
+// guardianMain runs the guardian: args are -grace D -slack D -- COMMAND
+// [ARG...].
 func guardianMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(guardianCommand, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	grace := fs.Duration("grace", 10*time.Second, "")
+	slack := fs.Duration("slack", maxGuardSlack, "")
 	ctl, report, err := guardianPipes()
 	if err != nil || fs.Parse(args) != nil || fs.NArg() == 0 {
 		fmt.Fprintf(stderr, "redlease: %s is a part of redlease run, not a command (see 'redlease -h')\n", guardianCommand)
@@ -93,7 +90,7 @@ func guardianMain(args []string, stderr io.Writer) int {
 	if !ok || first.mode != modeRun {
 		return exitFailed // redlease went before the command was started
 	}
-	g := &guardian{grace: *grace, stderr: stderr, report: report, parent: os.Getppid(), pollDelay: pollFirst}
+	g := &guardian{grace: *grace, slack: *slack, stderr: stderr, report: report, parent: os.Getppid(), pollDelay: pollFirst}
 	if !g.start(fs.Args()) {
 		return exitFailed
 	}
@@ -229,12 +226,12 @@ func (g *guardian) apply(st guardState) {
 	g.state, g.leaseEnd = st, now.Add(st.leaseLeft-transit)
 	switch st.mode {
 	case modeRun:
-		g.schedule(actTerm, g.leaseEnd.Add(guardSlack))
+		g.schedule(actTerm, g.leaseEnd.Add(g.slack))
 	case modeHold: // the group is stopped; redlease decides when it resumes
 		g.schedule(actNone, time.Time{})
 	case modeStop:
 		g.killAt = now.Add(st.killLeft - transit)
-		g.schedule(actKill, g.killAt.Add(guardSlack))
+		g.schedule(actKill, g.killAt.Add(g.slack))
 	}
 }
 
@@ -263,7 +260,7 @@ func (g *guardian) act() {
 	switch g.pending {
 	case actTerm:
 		g.say("redlease (pid %d) has not acted %v after its lease's local deadline (is it stopped?): "+
-			"sending the command's process group SIGTERM", g.parent, guardSlack)
+			"sending the command's process group SIGTERM", g.parent, g.slack)
 		g.terminate()
 		g.schedule(actKill, time.Now().Add(g.grace))
 	case actKill:

@@ -60,3 +60,18 @@ func (s guardState) transit(now time.Duration) time.Duration {
 	}
 	return now - s.sent
 }
+
+// maxGuardSlack bounds guardSlack.
+const maxGuardSlack = time.Second
+
+// guardSlack is how long the guardian gives redlease, when it is alive but
+// silent past the moment it would have acted (its lease's local deadline,
+// or its own SIGKILL), before it acts in its place: redlease stopped with
+// SIGSTOP, or stuck. It must end within the safety margin, the time between
+// the local deadline and the earliest moment Redis may hand the lease to
+// another holder (the drift allowance covers only the clocks): half of it,
+// so that SIGTERM leaves half the margin for COMMAND to stop, and at most
+// maxGuardSlack, which is enough for a redlease that is merely slow.
+func guardSlack(margin time.Duration) time.Duration {
+	return max(min(maxGuardSlack, margin/2), 0)
+}

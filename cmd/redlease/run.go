@@ -58,8 +58,9 @@ cannot be followed: it runs on without the lease.
 Ctrl-Z (SIGTSTP) stops COMMAND's group, then redlease. On SIGCONT (fg),
 COMMAND is resumed if the lease is still alive; stopped past its lifetime,
 the lease is gone, and COMMAND gets SIGTERM instead. SIGSTOP sent to redlease
-cannot be caught: its guardian (below) sends COMMAND's group SIGTERM a
-second after the lease's local deadline, and SIGKILL -grace later.
+cannot be caught: its guardian (below) sends COMMAND's group SIGTERM half
+the safety margin (-margin), at most a second, after the lease's local
+deadline, and SIGKILL -grace later.
 
 COMMAND's parent is a guardian process (redlease __guardian, in a process
 group of its own) that outlives redlease. If redlease is killed (kill -9,
@@ -136,7 +137,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if err := s.connect(ctx); err != nil {
 		return fail(stderr, "run", err)
 	}
-	r := &runner{s: s, resource: rf.resource, argv: rf.argv, kind: rf.kind, wait: rf.wait, grace: rf.grace,
+	r := &runner{s: s, resource: rf.resource, argv: rf.argv, kind: rf.kind, wait: rf.wait, grace: rf.grace, slack: rf.slack,
 		what: rf.kind.of(nil, rf.resource), stdout: stdout, stderr: stderr}
 	return r.run(ctx, !rf.nowait, opts)
 }
@@ -150,6 +151,7 @@ type runFlags struct {
 	nowait   bool
 	wait     time.Duration
 	grace    time.Duration
+	slack    time.Duration // the guardian's, for the lease's safety margin
 	kind     leaseKind
 	flags    []flagOption // the lease options the flags set, in the order of the checks
 }
@@ -175,6 +177,13 @@ func parseRun(args []string, stdout, stderr io.Writer) (rf runFlags, code int, d
 		return rf, fail(stderr, "run", err), true
 	}
 	rf.nowait, rf.wait, rf.grace = *nowait, *wait, *grace
+	// The lease's safety margin, as the library computes it (-margin, else
+	// TTL/10): the guardian's slack must end within it.
+	if *margin != 0 {
+		rf.slack = guardSlack(*margin)
+	} else {
+		rf.slack = guardSlack(*ttl / 10)
+	}
 	if err := rf.arguments(fset.Args()); err != nil {
 		return rf, fail(stderr, "run", err), true
 	}
@@ -224,6 +233,7 @@ type runner struct {
 	what     string // the lease, as messages name it after "the": `lease of "r"`
 	wait     time.Duration
 	grace    time.Duration
+	slack    time.Duration
 	stdout   io.Writer
 	stderr   io.Writer
 }
@@ -257,6 +267,7 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		argv:  r.argv,
 		env:   append(os.Environ(), r.kind.env(lease, r.resource)...),
 		grace: r.grace,
+		slack: r.slack,
 		first: guardState{mode: modeRun, leaseLeft: max(time.Until(lease.Deadline()), 0)},
 		stdin: os.Stdin, stdout: r.stdout, stderr: r.stderr,
 	})
@@ -293,6 +304,7 @@ func renewalNotices() (<-chan struct{}, redlease.Option) {
 type jobSpec struct {
 	argv, env []string
 	grace     time.Duration // after SIGTERM, should redlease die
+	slack     time.Duration // guardSlack of the lease's safety margin
 	first     guardState    // the lease as it is when COMMAND starts
 	stdin     io.Reader
 	stdout    io.Writer
