@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -73,7 +74,7 @@ func (c *conn) session(stderr io.Writer) (*session, error) {
 	}
 	rdb, err := newRedis(raw)
 	if err != nil {
-		return nil, &usageError{fmt.Sprintf("-redis %q: %v", raw, err)}
+		return nil, &usageError{fmt.Sprintf("-redis %q: %s", redacted(raw), urlReason(err))}
 	}
 	s := &session{rdb: rdb, prefix: c.prefix, where: redacted(raw)}
 	opts := []redlease.Option{redlease.WithPrefix(c.prefix)}
@@ -213,26 +214,64 @@ func multiHostURL(raw, base string) (string, error) {
 	return u.String(), nil
 }
 
-// redacted is a URL without its password, for messages.
+// redacted is a URL without its passwords, for messages: the user-info
+// password, which URL.Redacted masks, and the value of every query option
+// whose name holds "password" (a Sentinel URL carries the master's as
+// ?password=; sentinel_password, which go-redis refuses, is masked too in
+// case one is given). A URL that net/url cannot parse is masked by hand,
+// never shown raw: all up to its last '@' may be user info.
 func redacted(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+	u, err := url.Parse(raw)
+	if err == nil && strings.Contains(raw, "://") { // without "//", user info would be opaque and shown
+		u.RawQuery = maskQuery(u.RawQuery)
+		return u.Redacted()
 	}
-	end := strings.IndexAny(rest, "/?")
-	if end < 0 {
-		end = len(rest)
+	head, rest, ok := strings.Cut(raw, "://")
+	if ok {
+		head += "://"
+	} else {
+		head, rest = "", raw
 	}
-	at := strings.LastIndexByte(rest[:end], '@')
-	if at < 0 {
-		return raw
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		rest = rest[:i+1] + maskQuery(rest[i+1:])
 	}
-	user, _, hasPassword := strings.Cut(rest[:at], ":")
-	if !hasPassword {
-		return raw
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = "xxxxx" + rest[at:]
 	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	return head + rest
 }
+
+// maskQuery masks, in a URL's raw query, the value of each option whose
+// name holds "password". The options keep their order, and all else its
+// spelling.
+func maskQuery(query string) string {
+	parts := strings.Split(query, "&")
+	for i, p := range parts {
+		name, _, hasValue := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if hasValue && strings.Contains(strings.ToLower(name), "password") {
+			parts[i] = p[:strings.IndexByte(p, '=')+1] + "xxxxx"
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// urlReason is why newRedis refused a URL, without the URL: net/url's
+// errors quote the whole URL, and their reason may quote a part of it (a
+// password read as a port: invalid port ":secret"), so the quoted parts go.
+func urlReason(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err.Error()
+	}
+	return "not a valid URL: " + quotedPart.ReplaceAllString(ue.Err.Error(), "")
+}
+
+// quotedPart is a %q-quoted string in an error message, and the space
+// before it.
+var quotedPart = regexp.MustCompile(` ?"(?:[^"\\]|\\.)*"`)
 
 // quietRedisLogger keeps go-redis's own log lines (reconnects, pool
 // chatter) off stderr; with -v they go to the debug log.

@@ -108,7 +108,7 @@ func demoSession(url string) (*session, func(), error) {
 	if url != "" {
 		var err error
 		if rdb, err = newRedis(url); err != nil {
-			return nil, nil, &usageError{fmt.Sprintf("-redis %q: %v", url, err)}
+			return nil, nil, &usageError{fmt.Sprintf("-redis %q: %s", where, urlReason(err))}
 		}
 	} else {
 		mr, stop, err := embeddedRedis()

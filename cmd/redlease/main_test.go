@@ -181,4 +181,42 @@ func TestRedisURLs(t *testing.T) {
 	if got := redacted("redis://me:secret@h:1/0"); got != "redis://me:xxxxx@h:1/0" {
 		t.Errorf("redacted: %s", got)
 	}
+	for raw, want := range map[string]string{
+		"redis+sentinel://u:secret@h1:1,h2:2/0?master_name=m&password=topsecret&dial_timeout=1s": "redis+sentinel://u:xxxxx@h1:1,h2:2/0?master_name=m&password=xxxxx&dial_timeout=1s",
+		"redis+sentinel://h1:1?sentinel_password=topsecret&Password=topsecret":                   "redis+sentinel://h1:1?sentinel_password=xxxxx&Password=xxxxx",
+		"rediss://h:1/0":                            "rediss://h:1/0",
+		"redis://u:pa/ss@h:1/0":                     "redis://xxxxx@h:1/0",                     // net/url cannot parse it
+		"redis+cluster://:secret@[::1]:1,[::1]:2/0": "redis+cluster://xxxxx@[::1]:1,[::1]:2/0", // nor this
+		"u:secret@h":                                "xxxxx@h",                                 // no "//": opaque to net/url
+		"redis://u:secret@h/%zz?password=topsecret": "redis://xxxxx@h/%zz?password=xxxxx",
+	} {
+		if got := redacted(raw); got != want {
+			t.Errorf("redacted(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// No message shows a password of the Redis URL: not one that quotes a URL
+// that could not be used, nor one that names the Redis that did not answer.
+func TestMessagesHideTheURLsPasswords(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string // $REDIS_URL
+	}{
+		{args: []string{"status", "-redis", "redis://u:topsecret@127.0.0.1:1/x", "r"}},
+		{args: []string{"status", "r"}, env: "redis://u:topsecret@127.0.0.1:1/x"},
+		{args: []string{"status", "-redis", "redis://u:top/secret@127.0.0.1:1/0", "r"}},
+		{args: []string{"status", "-redis", "redis://u:topsecret@127.0.0.1:1/%zz", "r"}},
+		{args: []string{"status", "-redis", "redis+sentinel://127.0.0.1:1?master_name=m&password=topsecret", "r"}},
+		{args: []string{"status", "-redis", "redis+sentinel://127.0.0.1:1/x?master_name=m&password=topsecret", "r"}},
+		{args: []string{"demo", "-redis", "redis://u:topsecret@127.0.0.1:1/x"}},
+		{args: []string{"demo", "-redis", "redis+sentinel://127.0.0.1:1?master_name=m&password=topsecret"}},
+	} {
+		t.Setenv("REDIS_URL", tc.env)
+		var out, errOut bytes.Buffer
+		code := run(tc.args, &out, &errOut)
+		if code == exitOK || strings.Contains(out.String()+errOut.String(), "secret") || !strings.Contains(errOut.String(), "xxxxx") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the password masked", tc.args, code, out.String(), errOut.String())
+		}
+	}
 }
