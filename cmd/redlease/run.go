@@ -30,7 +30,8 @@ these variables added to its environment:
 renews the lease while COMMAND runs, and releases it when COMMAND exits.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlease are passed on to
 COMMAND. COMMAND runs in a process group of its own, so signals reach
-everything it starts; it cannot read from a terminal.
+everything it starts; it cannot read from a terminal, so when redlease's
+stdin is one, COMMAND's is /dev/null (a pipe or a file is passed on).
 
 A shared lease instead, one of these at most:
   -permits N  one of the N permits of RESOURCE's semaphore: up to N commands
@@ -269,7 +270,7 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 		grace: r.grace,
 		slack: r.slack,
 		first: guardState{mode: modeRun, leaseLeft: max(time.Until(lease.Deadline()), 0)},
-		stdin: os.Stdin, stdout: r.stdout, stderr: r.stderr,
+		stdin: commandStdin(os.Stdin), stdout: r.stdout, stderr: r.stderr,
 	})
 	if err != nil {
 		_ = r.release(lease)
