@@ -44,7 +44,8 @@ type Client struct {
 // opts are the defaults of every lease; options given to an acquire call
 // override them for that lease. New does no I/O; invalid options are reported
 // by the first acquire call. A nil rdb makes every call return
-// ErrInvalidArgument.
+// ErrInvalidArgument. Under load the Client's concurrent calls share round
+// trips (WithCombinedRequests).
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
 	c.cfg.apply(opts)
@@ -57,7 +58,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		c.err = invalidf("nil Redis client")
 		return c
 	}
-	c.b = newGoRedis(rdb)
+	g := newGoRedis(rdb)
+	g.comb.off = c.cfg.uncombined
+	c.b = g
 	c.wd.b, c.wd.clk = c.b, c.clk
 	c.hub = newHub(c.b)
 	c.hub.clk = c.clk

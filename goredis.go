@@ -26,6 +26,7 @@ type goRedis struct {
 	longest time.Duration
 	// health is what the last request learnt of Redis: see connect.
 	health atomic.Int32
+	comb   combiner // see combine.go
 }
 
 // The health of a goRedis.
@@ -111,7 +112,8 @@ func noScript(cmd redis.Cmder) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-func (g *goRedis) eval(ctx context.Context, c call) reply {
+// evalOne sends c on its own: EVALSHA, and EVAL after NOSCRIPT.
+func (g *goRedis) evalOne(ctx context.Context, c call) reply {
 	cmd := c.command(ctx, false)
 	_ = g.rdb.Process(ctx, cmd)
 	if noScript(cmd) {
@@ -129,34 +131,45 @@ func (g *goRedis) evalAll(ctx context.Context, n int, calls func(i int) call) []
 		out[0] = g.eval(ctx, calls(0))
 		return out
 	}
-	cmds := make([]redis.Cmder, min(n, maxBatch))
+	batch := make([]call, min(n, maxBatch))
 	for from := 0; from < n; from += maxBatch {
-		batch := cmds[:min(maxBatch, n-from)]
-		pipe := g.rdb.Pipeline()
-		for i := range batch {
-			batch[i] = calls(from+i).command(ctx, false)
-			_ = pipe.Process(ctx, batch[i])
+		b := batch[:min(maxBatch, n-from)]
+		for i := range b {
+			b[i] = calls(from + i)
 		}
-		_, _ = pipe.Exec(ctx)
-		var again redis.Pipeliner
-		for i, cmd := range batch {
-			if noScript(cmd) { // the server lost its script cache: send the source
-				if again == nil {
-					again = g.rdb.Pipeline()
-				}
-				batch[i] = calls(from+i).command(ctx, true)
-				_ = again.Process(ctx, batch[i])
-			}
-		}
-		if again != nil {
-			_, _ = again.Exec(ctx)
-		}
-		for i, cmd := range batch {
-			out[from+i] = replyOf(cmd)
-		}
-		g.note(batch[len(batch)-1].Err())
+		g.pipeline(ctx, b, out[from:])
 	}
 	return out
+}
+
+// pipeline runs calls in one pipeline (and those that met NOSCRIPT in a
+// second, with their source), their replies in out.
+func (g *goRedis) pipeline(ctx context.Context, calls []call, out []reply) {
+	cmds := make([]redis.Cmder, len(calls))
+	pipe := g.rdb.Pipeline()
+	for i := range calls {
+		cmds[i] = calls[i].command(ctx, false)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	var again redis.Pipeliner
+	for i, cmd := range cmds {
+		if noScript(cmd) { // the server lost its script cache: send the source
+			if again == nil {
+				again = g.rdb.Pipeline()
+			}
+			c := calls[i]
+			cmds[i] = call{s: c.s, words: slices.Clone(c.words), kind: c.kind}.command(ctx, true)
+			_ = again.Process(ctx, cmds[i])
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+	for i, cmd := range cmds {
+		out[i] = replyOf(cmd)
+	}
+	g.note(cmds[len(cmds)-1].Err())
 }
 
 func (g *goRedis) evalAcked(ctx context.Context, c call, replicas int, timeout time.Duration) (reply, int64) {

@@ -44,6 +44,7 @@ type config struct {
 	replicaTimeout time.Duration
 	fences         FenceSource // nil: the Redis counter
 	holder         string
+	uncombined     bool        // WithCombinedRequests(false); only New's options set it
 	clk            clock.Clock // the Client's; only New's options set it
 	ttlArg         any         // ttl in ms, boxed once for the scripts; set by validate
 }
@@ -89,6 +90,18 @@ var defaultHolder = sync.OnceValue(func() string {
 // credentials in it. Default DefaultHolder() (host and pid); the redlease command adds the
 // command it runs.
 func WithHolder(desc string) Option { return func(c *config) { c.holder = desc } }
+
+// WithCombinedRequests turns the combining of concurrent requests on or
+// off; it takes effect among New's options only. On (the default), while a
+// Client has 4 requests in flight, the calls that other goroutines make
+// queue, and go out together in one pipeline when one of those returns:
+// fewer system calls on both sides, so more leases per second under load,
+// for up to one request's time more per call. A queued call leaves the queue
+// unsent when its context ends. On a go-redis client with
+// ContextTimeoutEnabled, a call whose deadline is nearer than twice the
+// longest request the client's own timeouts allow does not queue (a batch
+// could not keep it). Off, every call is a request of its own.
+func WithCombinedRequests(on bool) Option { return func(c *config) { c.uncombined = !on } }
 
 // WithTTL sets the lease TTL: how long Redis keeps a lease that is not
 // renewed, and so how long a crashed holder blocks the resource. It must be a

@@ -115,12 +115,13 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error
 		rsDefault, rsFast,
 	}
 	rlNoRenew := redleaseImpl(nameRLNoRenew, false, redlease.WithAutoRenew(false))
+	rlAlone := redleaseImpl(nameRLAlone, false, redlease.WithCombinedRequests(false))
 	if slices.Contains(parts, "pairs") {
 		logf("uncontended pairs: %d × %d rounds", p.pairs, p.pairRounds)
 		rep.pairs, err = uncontended(ctx, srv, []impl{
 			raw, setnx, fencedImpl(), fencedArgsImpl(), rl,
 			redleaseImpl(nameRLTry, true),
-			rlNoRenew, redleaseCtxImpl(),
+			rlNoRenew, rlAlone, redleaseCtxImpl(),
 			bsmDefault, rsDefault,
 		}, p.pairs, p.pairRounds)
 		if err != nil {
@@ -129,7 +130,7 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error
 	}
 	if slices.Contains(parts, "parallel") {
 		logf("parallel distinct keys")
-		rep.parallel, err = parallel(ctx, srv, []impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlNoRenew, bsmDefault, rsDefault}, []int{8, 64}, p.parDur, p.parRounds)
+		rep.parallel, err = parallel(ctx, srv, []impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault}, []int{8, 64}, p.parDur, p.parRounds)
 		if err != nil {
 			return err
 		}

@@ -126,6 +126,11 @@ type parallelResult struct {
 	name   string
 	perSec map[int]float64 // by goroutines: median pairs per second
 	rounds map[int][]float64
+	// By goroutines: the median over rounds of the CPU time per pair of the
+	// server (INFO cpu) and of this process (getrusage), where the two share
+	// the machine's cores.
+	serverCPU, clientCPU       map[int]time.Duration
+	serverRounds, clientRounds map[int][]float64
 }
 
 // parallel runs g goroutines, each taking and releasing its own key in a
@@ -135,7 +140,9 @@ type parallelResult struct {
 func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.Duration, rounds int) ([]parallelResult, error) {
 	out := make([]parallelResult, len(impls))
 	for i, im := range impls {
-		out[i] = parallelResult{name: im.name, perSec: map[int]float64{}, rounds: map[int][]float64{}}
+		out[i] = parallelResult{name: im.name, perSec: map[int]float64{}, rounds: map[int][]float64{},
+			serverCPU: map[int]time.Duration{}, clientCPU: map[int]time.Duration{},
+			serverRounds: map[int][]float64{}, clientRounds: map[int][]float64{}}
 	}
 	for _, g := range gs {
 		type setup struct {
@@ -158,17 +165,25 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 				if r < 0 {
 					rd = d / 4
 				}
+				st0, cpu0 := srv.stats(ctx), cpuTime()
 				n, err := runParallel(ctx, setups[i].lockers, fmt.Sprintf("par-%d-%d", i, g), rd)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %d goroutines: %w", im.name, g, err)
 				}
-				if r >= 0 {
-					out[i].rounds[g] = append(out[i].rounds[g], float64(n)/rd.Seconds())
+				st, cpu := srv.stats(ctx).sub(st0), cpuTime()-cpu0
+				if r >= 0 && n > 0 {
+					o := &out[i]
+					o.rounds[g] = append(o.rounds[g], float64(n)/rd.Seconds())
+					o.serverRounds[g] = append(o.serverRounds[g], float64(st.cpu)/float64(n))
+					o.clientRounds[g] = append(o.clientRounds[g], float64(cpu)/float64(n))
 				}
 			}
 		}
 		for i := range impls {
-			out[i].perSec[g] = median(out[i].rounds[g])
+			o := &out[i]
+			o.perSec[g] = median(o.rounds[g])
+			o.serverCPU[g] = time.Duration(median(o.serverRounds[g]))
+			o.clientCPU[g] = time.Duration(median(o.clientRounds[g]))
 			setups[i].close()
 		}
 		if err := srv.flush(ctx); err != nil {

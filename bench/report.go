@@ -115,6 +115,7 @@ const (
 	nameRLFair     = "redlease, WithFair"
 	nameRLTry      = "redlease, TryAcquire"
 	nameRLNoRenew  = "redlease, auto-renew off"
+	nameRLAlone    = "redlease, requests not combined"
 )
 
 func (r *report) markdown() string {
@@ -208,15 +209,20 @@ func (r *report) markdown() string {
 
 	w("## 2. Parallel, distinct keys\n\n")
 	w("G goroutines share one go-redis client (pool G+8) and one library client; each takes and releases its own key in a loop "+
-		"for %s; %d rounds alternating between the libraries, median pairs per second.\n\n", r.plan.parDur, r.plan.parRounds)
-	w("| | 8 goroutines | 64 goroutines | redlease ÷ this (8 / 64) |\n|---|---|---|---|\n")
+		"for %s; %d rounds alternating between the libraries, median pairs per second. Server CPU per pair is redis-server's "+
+		"(INFO cpu), client CPU per pair this process's (getrusage), both medians of the rounds: the two share the machine's "+
+		"cores. redlease combines a Client's concurrent calls while 4 of its requests are in flight (`WithCombinedRequests`); "+
+		"the row \"%s\" has that turned off.\n\n",
+		r.plan.parDur, r.plan.parRounds, nameRLAlone)
+	w("| | 8 goroutines | 64 goroutines | redlease ÷ this (8 / 64) | server CPU per pair (8 / 64) | client CPU per pair (8 / 64) |\n|---|---|---|---|---|---|\n")
 	prl := r.par(nameRL)
 	for _, p := range r.parallel {
 		rel := "—"
 		if prl != nil {
 			rel = fmt.Sprintf("%.2f / %.2f", prl.perSec[8]/p.perSec[8], prl.perSec[64]/p.perSec[64])
 		}
-		w("| %s | %s | %s | %s |\n", p.name, thousands(p.perSec[8]), thousands(p.perSec[64]), rel)
+		w("| %s | %s | %s | %s | %s / %s | %s / %s |\n", p.name, thousands(p.perSec[8]), thousands(p.perSec[64]), rel,
+			us(p.serverCPU[8]), us(p.serverCPU[64]), us(p.clientCPU[8]), us(p.clientCPU[64]))
 	}
 
 	w("\n## 3. One hot key\n\n")

@@ -1,0 +1,162 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Concurrent calls of one Client share round trips. While combineAfter
+// requests of the Client are in flight, the calls that other goroutines make
+// queue up; when a request returns, the calls that queued meanwhile go out
+// together, in one pipeline sent by the first of them. An uncontended call
+// goes out at once, as it would without this. Under load one write and one
+// read, on both sides, carry many calls instead of one each: on a loaded
+// machine those system calls are most of what a lease's round trips cost
+// (docs/PERFORMANCE.md has the measurement).
+//
+// A queued call waits for a request in flight before its own is sent; only
+// a call whose deadline that wait cannot break queues (see combinable), any
+// other goes out at once. A batch runs with the context of the call that
+// sends it, without its cancellation: what one caller gives up does not fail
+// the others' calls.
+
+// combineAfter is how many requests a Client has in flight before its calls
+// queue. With 8 goroutines on this repository's 2-core machine, 4 did
+// better than 1 or 2 (docs/PERFORMANCE.md).
+const combineAfter = 4
+
+// combiner is the queue of a goRedis.
+type combiner struct {
+	off   bool // WithCombinedRequests(false)
+	mu    sync.Mutex
+	busy  int // requests in flight
+	queue []*pendingCall
+}
+
+// pendingCall is a call waiting for a request in flight.
+type pendingCall struct {
+	c     call
+	r     reply
+	batch []*pendingCall // if it sends the next batch: the batch, itself first
+	ready chan struct{}  // it has its reply, or a batch to send
+}
+
+var pendingPool = sync.Pool{New: func() any { return &pendingCall{ready: make(chan struct{}, 1)} }}
+
+func (g *goRedis) eval(ctx context.Context, c call) reply {
+	m := &g.comb
+	if m.off || !g.combinable(ctx) {
+		return g.evalOne(ctx, c)
+	}
+	m.mu.Lock()
+	if m.busy < combineAfter {
+		m.busy++
+		m.mu.Unlock()
+		defer m.pass()
+		return g.evalOne(ctx, c)
+	}
+	p := pendingPool.Get().(*pendingCall)
+	p.c = c
+	m.queue = append(m.queue, p)
+	m.mu.Unlock()
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		if m.leave(p) { // not sent: as if no connection was free in time
+			*p = pendingCall{ready: p.ready}
+			pendingPool.Put(p)
+			return reply{err: ctx.Err()}
+		}
+		<-p.ready // in a batch already
+	}
+	if p.batch != nil {
+		g.sendBatch(context.WithoutCancel(ctx), p.batch)
+	}
+	r := p.r
+	*p = pendingCall{ready: p.ready}
+	pendingPool.Put(p)
+	return r
+}
+
+// sendBatch runs the calls of batch in one pipeline (maxBatch at most),
+// hands each its reply, and passes the turn on. If the pipeline panics (a
+// go-redis hook of the caller's), the panic is its sender's, and every other
+// call of the batch gets errBatchPanicked rather than waiting forever.
+func (g *goRedis) sendBatch(ctx context.Context, batch []*pendingCall) {
+	delivered := false
+	defer func() {
+		if !delivered {
+			for _, p := range batch[1:] {
+				p.r = reply{err: errBatchPanicked}
+				p.ready <- struct{}{}
+			}
+		}
+		g.comb.pass()
+	}()
+	calls := make([]call, len(batch))
+	for i, p := range batch {
+		calls[i] = p.c
+	}
+	out := make([]reply, len(batch))
+	for from := 0; from < len(calls); from += maxBatch {
+		to := min(from+maxBatch, len(calls))
+		g.pipeline(ctx, calls[from:to], out[from:to])
+	}
+	delivered = true
+	for i, p := range batch {
+		p.r = out[i]
+		if i > 0 { // the first is the sender, which reads its own
+			p.ready <- struct{}{}
+		}
+	}
+}
+
+// errBatchPanicked is the reply of a call whose batch panicked: it may have
+// been sent.
+var errBatchPanicked = errors.New("redlease: the pipeline that carried this request panicked in another goroutine")
+
+// pass ends a request: the calls queued meanwhile go out as the next batch,
+// sent by the first of them.
+func (m *combiner) pass() {
+	m.mu.Lock()
+	if len(m.queue) == 0 {
+		m.busy--
+		m.mu.Unlock()
+		return
+	}
+	p := m.queue[0]
+	p.batch, m.queue = m.queue, nil
+	m.mu.Unlock()
+	p.ready <- struct{}{}
+}
+
+// leave takes p out of the queue, unless it is in a batch already.
+func (m *combiner) leave(p *pendingCall) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i := slices.Index(m.queue, p)
+	if i >= 0 {
+		m.queue = slices.Delete(m.queue, i, i+1)
+	}
+	return i >= 0
+}
+
+// combinable reports whether a call with ctx may queue. A queued call
+// leaves the queue when its context ends, as go-redis stops waiting for a
+// connection then; a request on the network is bounded by the context's
+// deadline only with ContextTimeoutEnabled (see WithReleaseTimeout), and
+// a batch cannot keep the deadline of each of its calls. So a call queues if
+// its context has no deadline, or the client does not bound requests by
+// their contexts, or the deadline is further off than the client's own
+// timeouts bound two requests. A call whose context has ended goes out at
+// once, to fail as it would have.
+func (g *goRedis) combinable(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return !ok || !g.ctxTime || g.longest > 0 && time.Until(d) > 2*g.longest
+}

@@ -1,0 +1,352 @@
+package redlease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlease/redlease/internal/servertest"
+)
+
+// holdHook holds every script request sent alone while it is closed, and
+// records the script requests of each pipeline.
+type holdHook struct {
+	mu        sync.Mutex
+	closed    bool
+	held      int
+	gate      chan struct{}
+	opened    sync.Once
+	pipelines []int // script commands per pipeline
+}
+
+func newHoldHook() *holdHook { return &holdHook{gate: make(chan struct{})} }
+
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		hold := h.closed && (cmd.Name() == "evalsha" || cmd.Name() == "eval")
+		if hold {
+			h.held++
+		}
+		h.mu.Unlock()
+		if hold {
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if c.Name() == "evalsha" || c.Name() == "eval" {
+				n++
+			}
+		}
+		if n > 0 {
+			h.mu.Lock()
+			h.pipelines = append(h.pipelines, n)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *holdHook) close() { h.mu.Lock(); h.closed = true; h.mu.Unlock() }
+
+func (h *holdHook) open() {
+	h.mu.Lock()
+	h.closed = false
+	h.mu.Unlock()
+	h.opened.Do(func() { close(h.gate) })
+}
+
+func (h *holdHook) heldCount() int { h.mu.Lock(); defer h.mu.Unlock(); return h.held }
+
+func (h *holdHook) pipelineSizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.pipelines...)
+}
+
+func queuedCalls(c *Client) int {
+	m := &c.b.(*goRedis).comb
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.queue)
+}
+
+// eventually polls cond for up to 10 s.
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("still not %s after 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type result struct {
+	l   *Lease
+	err error
+}
+
+// combiningClient returns a Client on a real redis-server whose script
+// requests are held by a gate hook, after one warm-up lease (so that no
+// reachability check or script load interferes).
+func combiningClient(t *testing.T, ctxTime bool, opts ...Option) (*Client, *holdHook, *redis.Client) {
+	srv := servertest.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: ctxTime})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := newHoldHook()
+	rdb.AddHook(h)
+	c := New(rdb, append([]Option{WithAutoRenew(false)}, opts...)...)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	t.Cleanup(h.open) // before Close: a failed test leaves nothing held
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "warm")
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
+	return c, h, srv.Client(t)
+}
+
+// holdInFlight closes h and makes combineAfter requests of c (the counter
+// script), which h holds: what follows queues. Their errors come on the
+// channel once h opens.
+func holdInFlight(t *testing.T, c *Client, h *holdHook) chan error {
+	h.close()
+	first := make(chan error, combineAfter)
+	for i := range combineAfter {
+		go func() {
+			_, err := c.LastFence(context.Background(), fmt.Sprint("a", i))
+			first <- err
+		}()
+	}
+	eventuallyTrue(t, "four requests in flight", func() bool { return h.heldCount() == combineAfter })
+	return first
+}
+
+// acquireAsync starts TryAcquire calls of resources, with ctx.
+func acquireAsync(ctx context.Context, c *Client, resources ...string) chan result {
+	out := make(chan result, len(resources))
+	for _, r := range resources {
+		go func() {
+			l, err := c.TryAcquire(ctx, r)
+			out <- result{l, err}
+		}()
+	}
+	return out
+}
+
+// While four requests are in flight, further calls queue and then go out as
+// one pipeline, each with its own reply (here a lease, or a busy error), also
+// when the server has lost its scripts meanwhile: the batch meets NOSCRIPT
+// (the requests in flight run another script, which they load again
+// themselves) and is sent again with the sources.
+func TestCallsQueuedBehindRequestsInFlightGoOutInOnePipeline(t *testing.T) {
+	c, h, admin := combiningClient(t, false)
+	ctx := context.Background()
+	other := New(admin, WithAutoRenew(false))
+	defer func() { _ = other.Close(ctx) }()
+	held, err := other.TryAcquire(ctx, "b-busy")
+	require.NoError(t, err)
+
+	first := holdInFlight(t, c, h)
+	queued := acquireAsync(ctx, c, "b0", "b1", "b2", "b3", "b-busy")
+	eventuallyTrue(t, "five calls queued", func() bool { return queuedCalls(c) == 5 })
+	require.NoError(t, admin.ScriptFlush(ctx).Err())
+	h.open()
+
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	var leases, busy int
+	for range 5 {
+		r := <-queued
+		if r.err != nil {
+			var be *BusyError
+			require.ErrorAs(t, r.err, &be, "only b-busy is held")
+			busy++
+			continue
+		}
+		leases++
+		require.NoError(t, r.l.Release(ctx))
+	}
+	require.Equal(t, []int{4, 1}, []int{leases, busy})
+	sizes := h.pipelineSizes()
+	require.Equal(t, []int{5, 5}, sizes, "the five queued calls go out in one pipeline, and again with their sources")
+	require.NoError(t, held.Release(ctx))
+}
+
+// On a client that bounds requests by their context (ContextTimeoutEnabled),
+// a call whose deadline is nearer than two requests by the client's own
+// timeouts goes out at once, whatever is in flight: a batch could not keep
+// its deadline. So does every call of a Client made
+// WithCombinedRequests(false).
+func TestCallsThatMayNotWaitGoOutAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ctxTime bool
+		opts    []Option
+		ctx     func() (context.Context, context.CancelFunc)
+	}{
+		{"deadline", true, nil, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), time.Minute)
+		}},
+		{"combining off", false, []Option{WithCombinedRequests(false)}, func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.Background())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, h, _ := combiningClient(t, tc.ctxTime, tc.opts...)
+			h.close()
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			names := make([]string, combineAfter+2)
+			for i := range names {
+				names[i] = fmt.Sprint("r", i)
+			}
+			rs := acquireAsync(ctx, c, names...)
+			eventuallyTrue(t, "every request in flight", func() bool { return h.heldCount() == len(names) })
+			require.Zero(t, queuedCalls(c))
+			h.open()
+			for range names {
+				r := <-rs
+				require.NoError(t, r.err)
+				require.NoError(t, r.l.Release(context.Background()))
+			}
+			require.Empty(t, h.pipelineSizes())
+		})
+	}
+}
+
+// A queued call whose context ends before its batch is sent leaves the queue
+// unsent, as a call that waited in vain for a free connection would; the
+// batch goes out without it.
+func TestQueuedCallLeavesAtItsDeadlineUnsent(t *testing.T) {
+	c, h, _ := combiningClient(t, false)
+	ctx := context.Background()
+	first := holdInFlight(t, c, h)
+	stays := acquireAsync(ctx, c, "stays")
+	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := c.LastFence(short, "leaves")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, 1, queuedCalls(c), "the call that left is no longer queued")
+	h.open()
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	r := <-stays
+	require.NoError(t, r.err)
+	require.NoError(t, r.l.Release(ctx))
+	require.Equal(t, []int{1}, h.pipelineSizes(), "the batch holds the call that stayed only")
+}
+
+// panicHook panics in the first pipeline of scripts it sees.
+type panicHook struct{ done sync.Once }
+
+func (h *panicHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() == "evalsha" {
+			h.done.Do(func() { panic("hook") })
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A batch whose pipeline panics (a hook of the caller's) panics in its
+// sender; the other calls of the batch get an error instead of waiting
+// forever, and the Client goes on.
+func TestBatchThatPanicsFailsItsOtherCalls(t *testing.T) {
+	c, h, _ := combiningClient(t, false)
+	c.b.(*goRedis).rdb.AddHook(&panicHook{})
+	ctx := context.Background()
+	first := holdInFlight(t, c, h)
+	panicked := make(chan any, 3)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			defer func() {
+				if v := recover(); v != nil {
+					panicked <- v
+				}
+			}()
+			_, err := c.LastFence(ctx, fmt.Sprint("b", i))
+			errs <- err
+		}()
+	}
+	eventuallyTrue(t, "three calls queued", func() bool { return queuedCalls(c) == 3 })
+	h.open()
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	require.Equal(t, "hook", <-panicked)
+	for range 2 {
+		require.ErrorIs(t, <-errs, errBatchPanicked)
+	}
+	_, err := c.LastFence(ctx, "after")
+	require.NoError(t, err)
+}
+
+// Many goroutines taking and releasing leases of a few resources through one
+// Client, their calls combined under load, each get a lease of their own: a
+// fence of the resource that nobody else got.
+func TestCombinedCallsUnderLoadKeepLeasesApart(t *testing.T) {
+	srv := servertest.Redis(t)
+	c := New(srv.Client(t), WithAutoRenew(false))
+	defer func() { _ = c.Close(context.Background()) }()
+	ctx := context.Background()
+	var (
+		mu     sync.Mutex
+		fences = map[string]bool{}
+		wg     sync.WaitGroup
+		errs   = make(chan error, 32*50)
+	)
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 50 {
+				name := fmt.Sprint("load-", g%8)
+				l, err := c.Acquire(ctx, name)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				f := fmt.Sprint(name, "/", l.Fence())
+				dup := fences[f]
+				fences[f] = true
+				mu.Unlock()
+				if dup {
+					errs <- fmt.Errorf("fence %s given twice", f)
+				}
+				if err := l.Release(ctx); err != nil {
+					errs <- fmt.Errorf("release %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	require.NoError(t, errors.Join(func() (e []error) {
+		for err := range errs {
+			e = append(e, err)
+		}
+		return
+	}()...))
+	require.Len(t, fences, 32*50)
+}
