@@ -350,3 +350,37 @@ func TestCombinedCallsUnderLoadKeepLeasesApart(t *testing.T) {
 	}()...))
 	require.Len(t, fences, 32*50)
 }
+
+// On Redis Cluster a batch holds calls of many slots: go-redis splits it by
+// node, and each call still gets its own reply.
+func TestCombinedCallsOnClusterSpanTheNodes(t *testing.T) {
+	_, cc := servertest.Cluster(t, 3)
+	h := newHoldHook()
+	cc.AddHook(h)
+	c := New(cc, WithAutoRenew(false))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	t.Cleanup(h.open)
+	ctx := context.Background()
+	names := make([]string, 12)
+	nodes := map[string]bool{}
+	for i := range names {
+		names[i] = fmt.Sprint("spread-", i)
+		addr, err := cc.MasterForKey(ctx, keys(DefaultPrefix, names[i]).lease)
+		require.NoError(t, err)
+		nodes[addr.Options().Addr] = true
+	}
+	require.Len(t, nodes, 3, "the names fall on every master")
+	first := holdInFlight(t, c, h)
+	rs := acquireAsync(ctx, c, names...)
+	eventuallyTrue(t, "every call queued", func() bool { return queuedCalls(c) == len(names) })
+	h.open()
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	for range names {
+		r := <-rs
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Release(ctx))
+	}
+	require.Equal(t, len(names), h.pipelineSizes()[0], "one batch: %v", h.pipelineSizes())
+}
