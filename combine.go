@@ -9,8 +9,9 @@ import (
 )
 
 // Concurrent calls of one Client share round trips. While combineAfter
-// requests of the Client are in flight, the calls that other goroutines make
-// queue up; when a request returns, the calls that queued meanwhile go out
+// requests of the Client are in flight (those that could have queued: a call
+// that may not queue goes out uncounted), the calls that other goroutines
+// make queue up; when a request returns, the calls that queued meanwhile go out
 // together, in one pipeline sent by the first of them. An uncontended call
 // goes out at once, as it would without this. Under load one write and one
 // read, on both sides, carry many calls instead of one each: on a loaded
@@ -32,7 +33,7 @@ const combineAfter = 4
 type combiner struct {
 	off   bool // WithCombinedRequests(false)
 	mu    sync.Mutex
-	busy  int // requests in flight
+	busy  int // requests in flight that went through the queue's check
 	queue []*pendingCall
 }
 

@@ -93,8 +93,8 @@ func WithHolder(desc string) Option { return func(c *config) { c.holder = desc }
 
 // WithCombinedRequests turns the combining of concurrent requests on or
 // off; it takes effect among New's options only. On (the default), while a
-// Client has 4 requests in flight, the calls that other goroutines make
-// queue, and go out together in one pipeline when one of those returns:
+// Client has 4 requests in flight that could have queued, the calls that
+// other goroutines make queue, and go out together in one pipeline when one of those returns:
 // fewer system calls on both sides, so more leases per second under load,
 // for up to one request's time more per call. A queued call leaves the queue
 // unsent when its context ends. On a go-redis client with
