@@ -81,7 +81,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			k := keys(DefaultPrefix, "bench")
 			owner, member, ttl := "owner", "owner/c", any(c.cfg.ttl.Milliseconds())
 			return func(ctx context.Context) error {
-				if err := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, 0, false, false, &noMember)).err; err != nil {
+				if err := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, false, false, false, &noMember)).err; err != nil {
 					return err
 				}
 				return c.b.eval(ctx, releaseCall(&k, &owner, &noMember, false)).err

@@ -49,7 +49,7 @@ func (a *acquisition) call() call {
 		return a.sharedCall(timeout)
 	}
 	if len(a.resources) == 1 {
-		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, timeout, a.cfg.fair, a.sent, &a.cfg.holder)
+		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, &a.cfg.holder)
 	}
 	return acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.sent, &a.cfg.holder)
 }

@@ -18,6 +18,10 @@ import "strings"
 //	<prefix>{R}:released  the last released lease, for the time it had left
 //	<prefix>{R}:wake:<id> the wake channel of the waiters of Client <id>
 //
+// One name is spelled elsewhere too: lua/release.lua makes the wake
+// channel's stem from the lease key, its kind swapped, rather than being
+// sent it on every release (TestReleaseWakesOnTheChannelOfItsPrefix).
+//
 // A semaphore's and read/write leases' (shared_lease.go, and the headers of
 // their scripts) live as long as their longest holder or waiter:
 //

@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -62,12 +63,47 @@ var (
 	acquireAllScript = newScript(withQueue(acquireAllSrc))
 )
 
-// acquireCall is acquire.lua's call. timeout (the waiter timeout in ms, or
-// 0 for an acquirer that does not wait) and ttl are boxed by the caller
-// once; again says it is not the acquire call's first attempt.
-func acquireCall(k *resourceKeys, owner, member *string, ttl, timeout any, fair, again bool, holder *string) call {
-	return call{s: acquireScript, words: []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
-		owner, ttl, timeout, flag(fair), flag(again), member, holder}, kind: mixedReply}
+// acquireCall is acquire.lua's call. ttl is boxed by the caller once; wait
+// says the acquirer waits (queues when the lease is busy), again that this
+// is not the acquire call's first attempt. An empty holder is not sent.
+func acquireCall(k *resourceKeys, owner, member *string, ttl any, wait, fair, again bool, holder *string) call {
+	words := []any{nil, nil, 4, &k.lease, &k.fence, &k.queue, &k.alive,
+		owner, ttl, acquireModes[modeIndex(wait, fair, again)], member, holder}
+	if *holder == "" {
+		words = words[:len(words)-1]
+	}
+	return call{s: acquireScript, words: words, kind: mixedReply}
+}
+
+// acquireModes are acquire.lua's modes (its ARGV[3]), boxed once, at
+// their modeIndex.
+var acquireModes = func() (m [8]any) {
+	for i := range m {
+		wait, fair, again := i&4 != 0, i&2 != 0, i&1 != 0 // modeIndex's bits
+		mode := ""
+		if fair {
+			mode += "f"
+		}
+		if again {
+			mode += "a"
+		}
+		if wait {
+			mode += strconv.FormatInt(waiterTimeout.Milliseconds(), 10)
+		} else {
+			mode += "0"
+		}
+		m[i] = mode
+	}
+	return m
+}()
+
+func modeIndex(wait, fair, again bool) int { return bit(wait)<<2 | bit(fair)<<1 | bit(again) }
+
+func bit(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // acquireAllCall is acquire_all.lua's call.
@@ -112,10 +148,18 @@ var (
 )
 
 // releaseCall is release.lua's call; member is &noMember for an owner that
-// is not queued.
+// is not queued. Trailing arguments that say nothing (no member, not
+// Cluster) are not sent.
 func releaseCall(k *resourceKeys, owner, member *string, sharded bool) call {
-	return call{s: releaseScript, words: []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released,
-		owner, &k.wake, flag(sharded), member}, kind: intReply}
+	words := []any{nil, nil, 4, &k.lease, &k.queue, &k.alive, &k.released, owner, member, flagOn}
+	switch {
+	case sharded:
+	case *member != "":
+		words = words[:len(words)-1]
+	default:
+		words = words[:len(words)-2]
+	}
+	return call{s: releaseScript, words: words, kind: intReply}
 }
 
 var (

@@ -89,6 +89,36 @@ func TestReleaseWakesOnlyTheFirstWaiter(t *testing.T) {
 	require.Empty(t, queued(t, rdb, "r"))
 }
 
+// release.lua finds the wake channel from the lease key (it is not sent):
+// the key's last word is swapped, whatever the prefix holds, even the word
+// itself.
+func TestReleaseWakesOnTheChannelOfItsPrefix(t *testing.T) {
+	srv := servertest.Redis(t)
+	rdb := srv.Client(t)
+	ctx := t.Context()
+	const prefix = "lease:lease:"
+	holder, waiter := New(rdb, WithPrefix(prefix)), New(srv.Client(t), WithPrefix(prefix))
+	l, err := holder.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	ps := rdb.PSubscribe(ctx, "*")
+	defer ps.Close()
+	_, err = ps.Receive(ctx)
+	require.NoError(t, err)
+
+	wait := startWaiter(ctx, waiter, "r")
+	servertest.WaitFor(t, 10*time.Second, func() bool { return rdb.ZCard(ctx, prefix+"{r}:queue").Val() == 1 })
+	require.NoError(t, l.Release(ctx))
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := ps.ReceiveMessage(mctx)
+	require.NoError(t, err)
+	require.Equal(t, prefix+"{r}:wake:"+waiter.hub.id, msg.Channel)
+	got := servertest.Recv(t, wait, 30*time.Second)
+	require.NoError(t, got.err)
+	require.Equal(t, msg.Payload, got.l.Owner())
+	require.NoError(t, got.l.Release(ctx))
+}
+
 func TestWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
@@ -179,7 +209,7 @@ func TestWaitersArrivingInOneMillisecondKeepTheirOrder(t *testing.T) {
 		pipe := rdb.Pipeline()
 		for _, m := range members {
 			owner := m[:len(m)-2]
-			pipe.EvalSha(ctx, acquireScript.hash.(string), []string{k.lease, k.fence, k.queue, k.alive}, owner, 10000, 60000, "0", "0", m, "")
+			pipe.EvalSha(ctx, acquireScript.hash.(string), []string{k.lease, k.fence, k.queue, k.alive}, owner, 10000, "60000", m)
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(t, err)

@@ -215,7 +215,6 @@ type rawLocker struct {
 	key     string
 	acqKeys []string // lease, fence, queue, alive
 	relKeys []string // lease, queue, alive, released
-	wake    string
 	owner   string
 }
 
@@ -234,7 +233,6 @@ func (l *rawLocker) next(key string) {
 		// resource's hash slot.
 		l.acqKeys = []string{p + "lease", p + "fences", p + "queue", p + "alive"}
 		l.relKeys = []string{p + "lease", p + "queue", p + "alive", p + "released"}
-		l.wake = p + "wake"
 	}
 	l.n++
 	l.owner = l.base + strconv.FormatUint(l.n, 36)
@@ -242,9 +240,10 @@ func (l *rawLocker) next(key string) {
 
 func (l *rawLocker) Lock(ctx context.Context, key string) error {
 	l.next(key)
-	// ARGV: owner, TTL, waiter timeout (0: do not queue), fair, queued, queue
-	// member, holder description. Reply: the fence (> 0), or an array when busy.
-	fence, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw", holder).Int64()
+	// ARGV: owner, TTL, mode (the waiter timeout, 0: do not queue; no
+	// flags: not fair, first attempt), queue member, holder description.
+	// Reply: the fence (> 0), or an array when busy.
+	fence, err := l.s.acquire.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, "0", l.owner+"/raw", holder).Int64()
 	if err == nil && fence <= 0 {
 		err = errBusy
 	}
@@ -252,8 +251,8 @@ func (l *rawLocker) Lock(ctx context.Context, key string) error {
 }
 
 func (l *rawLocker) Unlock(ctx context.Context) error {
-	// ARGV: owner, wake channel, sharded, queue member ("": not queued).
-	n, err := l.s.release.EvalSha(ctx, l.rdb, l.relKeys, l.owner, l.wake, "0", "").Int64()
+	// ARGV: owner; no queue member (not queued), not Cluster.
+	n, err := l.s.release.EvalSha(ctx, l.rdb, l.relKeys, l.owner).Int64()
 	if err == nil && n != 1 {
 		err = errors.New("raw: release did not delete the lease")
 	}
@@ -324,8 +323,8 @@ func (l *fencedLocker) Unlock(ctx context.Context) error {
 }
 
 // fencedArgsLocker runs the fenced floor's two scripts with the keys and
-// arguments that redlease's scripts take (the waiting queue's keys, the
-// wake channel, flags, queue member, holder description), which these
+// arguments that redlease's scripts take (the waiting queue's keys and the
+// released key, the mode, queue member, holder description), which these
 // scripts ignore: what carrying them costs, apart from what redlease's
 // scripts do with them.
 type fencedArgsLocker struct {
@@ -334,7 +333,7 @@ type fencedArgsLocker struct {
 
 func (l *fencedArgsLocker) Lock(ctx context.Context, key string) error {
 	l.next(key)
-	f, err := fencedScript.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, 0, "0", "0", l.owner+"/raw", holder).Int64()
+	f, err := fencedScript.EvalSha(ctx, l.rdb, l.acqKeys, l.owner, ttlMS, "0", l.owner+"/raw", holder).Int64()
 	if err == nil && f <= 0 {
 		err = errBusy
 	}
@@ -342,7 +341,7 @@ func (l *fencedArgsLocker) Lock(ctx context.Context, key string) error {
 }
 
 func (l *fencedArgsLocker) Unlock(ctx context.Context) error {
-	n, err := fencedDelScript.EvalSha(ctx, l.rdb, l.relKeys, l.owner, l.wake, "0", "").Int64()
+	n, err := fencedDelScript.EvalSha(ctx, l.rdb, l.relKeys, l.owner).Int64()
 	if err == nil && n != 1 {
 		err = errors.New("raw: delete did not delete the lock")
 	}

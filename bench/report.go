@@ -203,7 +203,7 @@ func (r *report) markdown() string {
 	w(".\n\nThe raw go-redis rows are the floors: redlease's own two scripts sent by hand with EVALSHA (keys built once, a " +
 		"counter for the owner token); the peers' SET NX PX plus a compare-and-delete script; the floor of any fenced lock, a " +
 		"script that increments a counter and takes the lock with SET NX PX, and a compare-and-delete; and those two fenced " +
-		"scripts sent with the keys and arguments redlease's scripts take (the waiting queue's keys, the wake channel, flags, " +
+		"scripts sent with the keys and arguments redlease's scripts take (the waiting queue's keys, the released key, the mode, " +
 		"queue member, holder description), which they ignore: the price of carrying them. \"redlease\" is `Acquire` with " +
 		"the defaults (auto-renew on, so each lease is scheduled with the watchdog and unscheduled at release).\n\n")
 

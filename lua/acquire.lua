@@ -10,13 +10,15 @@
 -- KEYS[4]  alive key    <prefix>{<resource>}:alive  (see queue.lua)
 -- ARGV[1]  owner token (random, unique per logical acquire)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  waiter timeout in ms: when > 0 and the lease is busy, queue the
---          owner (or refresh its place) for that long
--- ARGV[4]  '1' for a fair acquire: a free lease goes to the first live waiter
--- ARGV[5]  '1' if this is not the acquire call's first attempt: the owner may
---          hold the lease already (a lost reply), or be queued
--- ARGV[6]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
--- ARGV[7]  the holder's description, '' for none
+-- ARGV[3]  the mode: the waiter timeout in ms (when > 0 and the lease is
+--          busy, queue the owner, or refresh its place, for that long), after
+--          the letter 'f' for a fair acquire (a free lease goes to the first
+--          live waiter) and 'a' if this is not the acquire call's first
+--          attempt (the owner may hold the lease already, after a lost reply,
+--          or be queued): '3000', 'fa3000', 'a0'. One word for three,
+--          because every word of a call costs the server time to parse.
+-- ARGV[4]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
+-- ARGV[5]  the holder's description; absent for none
 --
 -- When the lease is ours the reply is its fence (> 0), an integer: newly
 -- taken (the slot's counter is incremented in the same step, so no lease
@@ -39,22 +41,10 @@
 -- lease marks it while others wait; and a lease taken by someone else after
 -- a release of a marked one was taken when that release woke the first
 -- waiter, whose next attempt finds the new lease busy and marks it.
-local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
+local lease, owner, mode, member, holder = KEYS[1], ARGV[1], ARGV[3], ARGV[4], ARGV[5]
 local mine = owner .. ':'
-local queued = ARGV[5] == '1'
-
-local function take(waited)
-  local fence = redis.call('INCR', KEYS[2])
-  local value = mine .. string.format('%d', fence)
-  if ARGV[7] ~= '' then
-    value = value .. ':' .. ARGV[7]
-  end
-  if waited then
-    value = value .. '\0'
-  end
-  redis.call('SET', lease, value, 'PX', ARGV[2])
-  return fence
-end
+local fair = string.find(mode, 'f', 1, true) ~= nil
+local queued = string.find(mode, 'a', 1, true) ~= nil
 
 -- The common cases first, before the queue's functions are defined (which
 -- costs time on every call). The first attempt of an acquire that need not
@@ -63,11 +53,11 @@ end
 -- need only rise). Later attempts first look whether the lease is already
 -- theirs, so that a retry burns no fence.
 local cur
-if not queued and ARGV[4] ~= '1' then
+if not queued and not fair then
   local fence = redis.call('INCR', KEYS[2])
   local value = mine .. string.format('%d', fence)
-  if ARGV[7] ~= '' then
-    value = value .. ':' .. ARGV[7]
+  if holder then
+    value = value .. ':' .. holder
   end
   cur = redis.call('SET', lease, value, 'NX', 'PX', ARGV[2], 'GET')
   if not cur then
@@ -79,15 +69,25 @@ else
     redis.call('PEXPIRE', lease, ARGV[2])
     return tonumber(string.match(cur, '^%d+', #mine + 1))
   end
-  if not cur and not queued and ARGV[4] ~= '1' then
-    return take(false)
-  end
 end
 
 --#queue
 
+local function take(waited)
+  local fence = redis.call('INCR', KEYS[2])
+  local value = mine .. string.format('%d', fence)
+  if holder then
+    value = value .. ':' .. holder
+  end
+  if waited then
+    value = value .. '\0'
+  end
+  redis.call('SET', lease, value, 'PX', ARGV[2])
+  return fence
+end
+
 local function busy(pttl)
-  local timeout = tonumber(ARGV[3])
+  local timeout = tonumber(string.match(mode, '%d+$'))
   if timeout > 0 then
     enqueue(KEYS[3], KEYS[4], member, timeout)
     queued = true
@@ -105,7 +105,7 @@ end
 if cur then
   return busy(redis.call('PTTL', lease))
 end
-if ARGV[4] == '1' then
+if fair then
   local head = first(KEYS[3], KEYS[4])
   if head and head ~= member then
     return busy(0)

@@ -7,9 +7,12 @@
 -- KEYS[3]  alive key     <prefix>{<resource>}:alive     (see queue.lua)
 -- KEYS[4]  released key  <prefix>{<resource>}:released  the last released lease
 -- ARGV[1]  owner token
--- ARGV[2]  wake channel  <prefix>{<resource>}:wake
--- ARGV[3]  '1' on Redis Cluster (shard channel), else '0'
--- ARGV[4]  the owner's queue member if it may be waiting in the queue, else ''
+-- ARGV[2]  the owner's queue member if it may be waiting in the queue; absent
+--          or '' if not
+-- ARGV[3]  '1' on Redis Cluster (shard channel); absent elsewhere
+-- The wake channel, <prefix>{<resource>}:wake, is the lease key with its last
+-- word changed (keys.go): a channel is not a key, and a word not sent is
+-- time the server does not spend parsing it on every release.
 --
 -- Deletes the lease only while it is ours, and takes the owner out of the
 -- queue if it is waiting there (a waiter that gives up releases too). If that
@@ -23,7 +26,7 @@
 -- released key, one command instead of a delete and a write: that key keeps
 -- the last released lease, owner and fence, for as long as the lease had
 -- left, so a retried release is not mistaken for a lost lease.
-local lease, mine, member = KEYS[1], ARGV[1] .. ':', ARGV[4]
+local lease, mine, member = KEYS[1], ARGV[1] .. ':', ARGV[2] or ''
 local deleted = 0
 local cur = redis.call('GET', lease)
 if cur and string.sub(cur, 1, #mine) == mine then
@@ -58,6 +61,6 @@ if member ~= '' then
   end
 end
 if deleted == 1 or (left == 1 and not cur) then
-  wake(KEYS[2], KEYS[3], ARGV[2], ARGV[3])
+  wake(KEYS[2], KEYS[3], string.sub(lease, 1, -#'lease' - 1) .. 'wake', ARGV[3] or '0')
 end
 return math.min(deleted, 1)
