@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/metrics"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -136,6 +137,57 @@ func semaphorePair(n int) func(*Client) func(context.Context) error {
 			}
 			return l.Release(ctx)
 		}
+	}
+}
+
+// BenchmarkAcquireReleaseParallel measures pairs on distinct keys from 8
+// goroutines sharing one Client, as bench/'s parallel part does, and
+// "scripts" the same two scripts sent through the same Client by hand (keys,
+// owner token and holder made once, no lease built): the difference is what
+// the library builds per lease (its context, local deadline timer, watchdog
+// entry and the release's timeout), at a load where requests combine.
+//
+//	go test -run '^$' -bench AcquireReleaseParallel -benchmem
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	srv := servertest.Redis(b)
+	const goroutines = 8
+	for _, name := range []string{"Acquire", "scripts"} {
+		b.Run(name, func(b *testing.B) {
+			c := New(srv.Client(b), WithTTL(10*time.Second))
+			b.Cleanup(func() { _ = c.Close(context.Background()) })
+			var seq atomic.Int64
+			b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				resource := fmt.Sprintf("bench-par-%d", seq.Add(1))
+				k := keys(DefaultPrefix, resource)
+				owner, member := newOwner(c.hub.id)
+				holder, ttl := DefaultHolder(), any(c.cfg.ttl.Milliseconds())
+				for pb.Next() {
+					if name == "scripts" {
+						if err := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, true, false, false, &holder)).err; err != nil {
+							b.Error(err)
+							return
+						}
+						if err := c.b.eval(ctx, releaseCall(&k, &owner, &noMember, false)).err; err != nil {
+							b.Error(err)
+							return
+						}
+						continue
+					}
+					l, err := c.Acquire(ctx, resource)
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
 

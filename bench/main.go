@@ -41,10 +41,11 @@ func main() {
 		quick   = flag.Bool("quick", false, "a short run to check that everything works; its numbers mean little")
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
 		parts   = flag.String("parts", "pairs,parallel,hot,scale", "which parts to run (comma-separated)")
+		rows    = flag.String("rows", "", "parallel part: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
 	)
 	flag.Parse()
 	redis.SetLogger(quietLogger{})
-	if err := run(*out, *srcDir, *bin, *quick, *maxHeld, strings.Split(*parts, ",")); err != nil {
+	if err := run(*out, *srcDir, *bin, *quick, *maxHeld, strings.Split(*parts, ","), *rows); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -61,7 +62,7 @@ type plan struct {
 	scaleWindow       time.Duration
 }
 
-func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error {
+func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string, rows string) error {
 	p := plan{pairs: 2000, pairRounds: 15, parDur: time.Second, parRounds: 7,
 		hotWant: 4000, hotLimit: 4 * time.Second, scales: []int{1_000, 10_000, 100_000}, scaleWindow: ttl}
 	if quick {
@@ -130,7 +131,11 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error
 	}
 	if slices.Contains(parts, "parallel") {
 		logf("parallel distinct keys")
-		rep.parallel, err = parallel(ctx, srv, []impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault}, []int{8, 64}, p.parDur, p.parRounds)
+		impls, err := chooseRows([]impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault}, rows)
+		if err != nil {
+			return err
+		}
+		rep.parallel, err = parallel(ctx, srv, impls, []int{8, 64}, p.parDur, p.parRounds)
 		if err != nil {
 			return err
 		}
@@ -177,4 +182,32 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string) error
 	}
 	fmt.Fprintln(os.Stderr, "wrote", out)
 	return nil
+}
+
+// chooseRows keeps, in their order, the implementations that rows names: a
+// comma-separated list of strings, each of which picks the row of that exact
+// name if there is one, else every row whose name contains it (all rows if
+// rows is empty). A same-run look at a few rows, in less time than the whole
+// part.
+func chooseRows(impls []impl, rows string) ([]impl, error) {
+	if rows == "" {
+		return impls, nil
+	}
+	keep := make([]bool, len(impls))
+	for _, s := range strings.Split(rows, ",") {
+		exact := slices.IndexFunc(impls, func(im impl) bool { return im.name == s })
+		for i, im := range impls {
+			keep[i] = keep[i] || i == exact || exact < 0 && s != "" && strings.Contains(im.name, s)
+		}
+	}
+	var kept []impl
+	for i, im := range impls {
+		if keep[i] {
+			kept = append(kept, im)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("-rows %q matches no row of the parallel part", rows)
+	}
+	return kept, nil
 }
