@@ -4,6 +4,7 @@ package redlease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/metrics"
@@ -141,11 +142,13 @@ func semaphorePair(n int) func(*Client) func(context.Context) error {
 }
 
 // BenchmarkAcquireReleaseParallel measures pairs on distinct keys from 8
-// goroutines sharing one Client, as bench/'s parallel part does, and
-// "scripts" the same two scripts sent through the same Client by hand (keys,
-// owner token and holder made once, no lease built): the difference is what
-// the library builds per lease (its context, local deadline timer, watchdog
-// entry and the release's timeout), at a load where requests combine.
+// goroutines (at least: GOMAXPROCS times the parallelism that reaches 8)
+// sharing one Client, as bench/'s parallel part does, and "scripts" the same
+// two scripts sent through the same Client by hand (keys, owner token and
+// holder made once, no lease built). The difference is what the library
+// does per pair besides its scripts, at a load where requests combine: the
+// owner token and keys, the lease with its context, local deadline timer
+// and watchdog entry, and the release's timeout.
 //
 //	go test -run '^$' -bench AcquireReleaseParallel -benchmem
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
@@ -167,12 +170,11 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 				holder, ttl := DefaultHolder(), any(c.cfg.ttl.Milliseconds())
 				for pb.Next() {
 					if name == "scripts" {
-						if err := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, true, false, false, &holder)).err; err != nil {
-							b.Error(err)
-							return
-						}
-						if err := c.b.eval(ctx, releaseCall(&k, &owner, &noMember, false)).err; err != nil {
-							b.Error(err)
+						// A fence (> 0) for the lease taken, 1 for the lease deleted.
+						acq := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, true, false, false, &holder))
+						rel := c.b.eval(ctx, releaseCall(&k, &owner, &noMember, false))
+						if err := errors.Join(acq.err, rel.err); err != nil || acq.vals != nil || acq.n <= 0 || rel.n != 1 {
+							b.Errorf("acquire %+v, release %+v: %v", acq, rel, err)
 							return
 						}
 						continue
