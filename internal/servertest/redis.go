@@ -28,10 +28,42 @@ func Mini(tb testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	return mr, rdb
 }
 
-// Server is a redis-server process started for one test on loopback.
+// Kind is a server implementation that the Redis starters run: its binaries
+// are Kind+"-server" and Kind+"-cli", and they take the same flags.
+type Kind string
+
+const (
+	RedisServer Kind = "redis"  // redis-server (Debian: 7.0.15)
+	Valkey      Kind = "valkey" // valkey-server, built by ../shared/servers/build-valkey.sh
+)
+
+// Kinds returns every Kind, for a test to run on each:
+//
+//	for _, k := range servertest.Kinds() { t.Run(string(k), ...) }
+func Kinds() []Kind { return []Kind{RedisServer, Valkey} }
+
+// lookPath finds k's binary named k+"-"+role in PATH, or skips (fails)
+// the test through missing.
+func (k Kind) lookPath(tb testing.TB, role string) string {
+	tb.Helper()
+	name := string(k) + "-" + role
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		what := name + " not found in PATH"
+		if k == Valkey { // Debian has no package: it is built from source
+			what += ": build it with ../shared/servers/build-valkey.sh"
+		}
+		missing(tb, what)
+	}
+	return bin
+}
+
+// Server is a redis-server (or valkey-server) process started for one test
+// on loopback.
 type Server struct {
 	Addr string
 	Dir  string
+	Kind Kind
 	cmd  *exec.Cmd
 	bin  string
 	argv []string
@@ -41,22 +73,31 @@ type Server struct {
 // persistence unless args say otherwise, and stops it when the test ends.
 func Redis(tb testing.TB, args ...string) *Server {
 	tb.Helper()
-	return RedisConf(tb, "", args...)
+	return StartConf(tb, RedisServer, "", args...)
 }
 
 // RedisConf is Redis with a config file (Sentinel needs one it can
 // rewrite); conf may be empty.
 func RedisConf(tb testing.TB, conf string, args ...string) *Server {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		missing(tb, "redis-server not found in PATH")
-	}
+	return StartConf(tb, RedisServer, conf, args...)
+}
+
+// Start is Redis for a server of kind k.
+func Start(tb testing.TB, k Kind, args ...string) *Server {
+	tb.Helper()
+	return StartConf(tb, k, "", args...)
+}
+
+// StartConf is RedisConf for a server of kind k.
+func StartConf(tb testing.TB, k Kind, conf string, args ...string) *Server {
+	tb.Helper()
+	bin := k.lookPath(tb, "server")
 	dir := tb.TempDir()
 	var lastErr error
-	for range 5 { // a port picked free may be taken before redis binds it
+	for range 5 { // a port picked free may be taken before the server binds it
 		port := FreePort(tb)
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, Kind: k}
 		var argv []string
 		if conf != "" {
 			argv = append(argv, conf)
@@ -65,12 +106,12 @@ func RedisConf(tb testing.TB, conf string, args ...string) *Server {
 			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--dir", dir, "--save", "", "--appendonly", "no",
 			"--repl-diskless-sync-delay", "0", // replicas sync at once, not after 5s
-			"--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)))
+			"--logfile", filepath.Join(dir, fmt.Sprintf("%s-%d.log", k, port)))
 		argv = append(argv, args...)
 		s.bin, s.argv = bin, argv
 		s.cmd = s.command()
 		if err := s.cmd.Start(); err != nil {
-			tb.Fatalf("start redis-server: %v", err)
+			tb.Fatalf("start %s: %v", bin, err)
 		}
 		if lastErr = s.waitReady(5 * time.Second); lastErr == nil {
 			tb.Cleanup(s.Stop)
@@ -78,7 +119,7 @@ func RedisConf(tb testing.TB, conf string, args ...string) *Server {
 		}
 		s.Stop()
 	}
-	tb.Fatalf("redis-server did not start: %v", lastErr)
+	tb.Fatalf("%s did not start: %v", bin, lastErr)
 	return nil
 }
 
@@ -86,18 +127,25 @@ func RedisConf(tb testing.TB, conf string, args ...string) *Server {
 // and returns its nodes and a cluster client of it.
 func Cluster(tb testing.TB, n int) ([]*Server, *redis.ClusterClient) {
 	tb.Helper()
+	return ClusterOf(tb, RedisServer, n)
+}
+
+// ClusterOf is Cluster of servers of kind k.
+func ClusterOf(tb testing.TB, k Kind, n int) ([]*Server, *redis.ClusterClient) {
+	tb.Helper()
 	var nodes []*Server
 	var addrs []string
 	for range n {
-		s := Redis(tb, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+		s := Start(tb, k, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
 			"--cluster-config-file", "nodes.conf")
 		nodes = append(nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
-	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+	cli := k.lookPath(tb, "cli")
+	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...),
 		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 	if err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+		tb.Fatalf("%s --cluster create: %v\n%s", cli, err, out)
 	}
 	for _, s := range nodes { // every node must agree before clients route by slot
 		WaitFor(tb, 20*time.Second, func() bool {
@@ -119,9 +167,15 @@ func Cluster(tb testing.TB, n int) ([]*Server, *redis.ClusterClient) {
 // as "mymaster", and returns them with a failover client.
 func Sentinel(tb testing.TB) (master, replica, sentinel *Server, rdb *redis.Client) {
 	tb.Helper()
-	master = Redis(tb)
+	return SentinelOf(tb, RedisServer)
+}
+
+// SentinelOf is Sentinel with servers of kind k.
+func SentinelOf(tb testing.TB, k Kind) (master, replica, sentinel *Server, rdb *redis.Client) {
+	tb.Helper()
+	master = Start(tb, k)
 	host, port, _ := net.SplitHostPort(master.Addr)
-	replica = Redis(tb, "--replicaof", host, port)
+	replica = Start(tb, k, "--replicaof", host, port)
 	conf := filepath.Join(tb.TempDir(), "sentinel.conf")
 	err := os.WriteFile(conf, []byte(fmt.Sprintf(
 		"sentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
@@ -129,7 +183,7 @@ func Sentinel(tb testing.TB) (master, replica, sentinel *Server, rdb *redis.Clie
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sentinel = RedisConf(tb, conf, "--sentinel")
+	sentinel = StartConf(tb, k, conf, "--sentinel")
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	tb.Cleanup(func() { _ = sc.Close() })
 	WaitFor(tb, 20*time.Second, func() bool {
@@ -166,10 +220,10 @@ func (s *Server) Restart(tb testing.TB) {
 	s.Stop()
 	s.cmd = s.command()
 	if err := s.cmd.Start(); err != nil {
-		tb.Fatalf("restart redis-server: %v", err)
+		tb.Fatalf("restart %s: %v", s.bin, err)
 	}
 	if err := s.waitReady(10 * time.Second); err != nil {
-		tb.Fatalf("redis-server did not restart: %v", err)
+		tb.Fatalf("%s did not restart: %v", s.bin, err)
 	}
 }
 
