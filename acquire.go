@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // TryAcquire takes the lease of resource if it is free, without waiting.
@@ -112,19 +115,19 @@ type acquisition struct {
 	resources []string
 	owner     string // a random UUID
 	member    string // the owner's queue member, '<owner>/<client id>'; see lua/queue.lua
-	names     []resourceKeys
+	names     []wire.Keys
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue
 	sent      bool // an attempt may have reached Redis: the owner may hold a lease
 	kind      leaseKind
 	permits   int         // kindPermit: how many the semaphore has
 	permit    int         // kindPermit: the one the attempt got
-	sk        *sharedKeys // a shared lease's keys
+	sk        *wire.SharedKeys // a shared lease's keys
 
 	// The storage of an acquisition of one resource, the common case, so
 	// that the acquisition is one allocation.
 	resource [1]string
-	name     [1]resourceKeys
+	name     [1]wire.Keys
 	fence    [1]int64
 	lease    [1]*Lease
 }
@@ -149,7 +152,7 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxWait)
 		defer cancel()
 	}
-	if len(resources) > 1 && c.b.sharded() && !oneSlot(resources) {
+	if len(resources) > 1 && c.conn.Sharded() && !oneSlot(resources) {
 		// One script cannot touch keys in several slots: take them one by
 		// one (the key layout puts all of a resource's keys, its fence
 		// counter included, in the slot of its name).
@@ -158,15 +161,15 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 	a := &acquisition{c: c, cfg: cfg, wait: wait, kind: kind, permits: permits}
 	a.owner, a.member = newOwner(c.hub.id)
 	if len(resources) == 1 {
-		a.resource[0], a.name[0] = resources[0], keys(cfg.prefix, resources[0])
+		a.resource[0], a.name[0] = resources[0], wire.KeysOf(cfg.prefix, resources[0])
 		a.resources, a.names = a.resource[:], a.name[:]
 		if kind != kindExclusive {
-			a.sk = newSharedKeys(cfg.prefix, resources[0])
+			a.sk = wire.SharedKeysOf(cfg.prefix, resources[0])
 		}
 	} else {
-		a.resources, a.names = slices.Clone(resources), make([]resourceKeys, len(resources))
+		a.resources, a.names = slices.Clone(resources), make([]wire.Keys, len(resources))
 		for i, r := range resources {
-			a.names[i] = keys(cfg.prefix, r)
+			a.names[i] = wire.KeysOf(cfg.prefix, r)
 		}
 	}
 	var start time.Time // for the observers only: reading the clock is not free
@@ -187,9 +190,9 @@ func (c *Client) acquire(ctx context.Context, resources []string, opts []Option,
 
 // oneSlot reports whether the keys of all resources are in one hash slot.
 func oneSlot(resources []string) bool {
-	s := slotOf(resources[0])
+	s := wire.SlotOf(resources[0])
 	for _, r := range resources[1:] {
-		if slotOf(r) != s {
+		if wire.SlotOf(r) != s {
 			return false
 		}
 	}
@@ -282,7 +285,7 @@ func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 			}
 			return nil, err
 		}
-		if a.classify(err) != unknown {
+		if a.classify(err) != driver.Unknown {
 			if lastUnknown != nil {
 				return nil, a.giveUp(ctx, err, lastUnknown)
 			}
@@ -305,14 +308,14 @@ type unreachableError struct{ err error }
 func (e *unreachableError) Error() string { return e.err.Error() }
 func (e *unreachableError) Unwrap() error { return e.err }
 
-// classify is the backend's view of an attempt's error, except that an
+// classify is the driver's view of an attempt's error, except that an
 // attempt that never left (an unreachableError) was not sent.
-func (a *acquisition) classify(err error) errorClass {
+func (a *acquisition) classify(err error) driver.ErrorClass {
 	var ue *unreachableError
 	if errors.As(err, &ue) {
-		return notSent
+		return driver.NotSent
 	}
-	return a.c.b.classify(err)
+	return a.c.conn.Classify(err)
 }
 
 // giveUp ends an acquisition that will not return leases: it leaves the
@@ -360,6 +363,6 @@ func (a *acquisition) undo(ctx context.Context) {
 // Model: model/redlease.pml, macro LEAVE.
 func (a *acquisition) leave(ctx context.Context) {
 	for i := range a.resources {
-		_ = a.c.b.eval(ctx, releaseCallOf(a.kind, &a.names[i], a.sk, &a.owner, &a.member, &noMember, a.c.b.sharded()))
+		_ = a.c.conn.Run(ctx, releaseCallOf(a.kind, &a.names[i], a.sk, a.owner, a.member, "", a.c.conn.Sharded()))
 	}
 }

@@ -3,8 +3,10 @@ package redlease
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
+
+	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Administration: what an operator needs to see, and rarely to force.
@@ -62,14 +64,11 @@ type Holder struct {
 	TTL    time.Duration // the time its lease has left
 }
 
-// holderKinds names the kinds of inspect.lua's reply.
-var holderKinds = map[string]string{"p": "permit", "w": "write", "r": "read"}
-
 // setLease fills the holder's fields from a lease value and its remaining
 // TTL (negative: no expiry).
 func (s *Status) setLease(value string, ttl time.Duration) {
 	s.Held = true
-	if owner, fence, holder, ok := parseLease(value); ok {
+	if owner, fence, holder, ok := wire.ParseLease(value); ok {
 		s.Owner, s.Fence, s.Holder = owner, fence, holder
 	} else {
 		s.Owner = value
@@ -95,59 +94,41 @@ func (c *Client) Inspect(ctx context.Context, resource string) (Status, error) {
 // inspect reads the status of resources, each in one script run (atomic;
 // a resource's keys share a Redis Cluster hash slot), sent in pipelines.
 func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) ([]Status, error) {
-	names := make([]resourceKeys, len(resources))
-	shared := make([]*sharedKeys, len(resources))
+	names := make([]wire.Keys, len(resources))
+	shared := make([]*wire.SharedKeys, len(resources))
 	for i, r := range resources {
-		names[i], shared[i] = keys(cfg.prefix, r), newSharedKeys(cfg.prefix, r)
+		names[i], shared[i] = wire.KeysOf(cfg.prefix, r), wire.SharedKeysOf(cfg.prefix, r)
 	}
-	replies := c.b.evalAll(ctx, len(resources), func(i int) call { return inspectCall(&names[i], shared[i]) })
+	replies := c.conn.RunMany(ctx, len(resources), func(i int) wire.Call { return wire.Inspect(&names[i], shared[i]) })
 	out := make([]Status, len(resources))
 	for i, r := range resources {
-		if err := replies[i].err; err != nil {
-			return nil, requestError("inspect", r, c.b.classify(err), err)
+		if err := replies[i].Err; err != nil {
+			return nil, requestError("inspect", r, c.conn.Classify(err), err)
 		}
-		var err error
-		if out[i], err = parseStatus(r, names[i].fence, replies[i].vals, 6); err != nil {
+		st, err := wire.ParseStatus(r, replies[i], false)
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = statusOf(r, names[i].Fence, st); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// parseStatus reads the reply of inspect.lua or break.lua: {value, pttl,
-// counter, waiters, permits, holders, ...}, n elements long; counter is the
-// fence counter's key. A corrupt counter is an error (errCorruptCounter)
-// with the rest of the Status filled in.
-func parseStatus(resource, counter string, res []any, n int) (Status, error) {
-	bad := errorf("%s: script replied %v", quote(resource), res)
-	if len(res) != n || n < 6 {
-		return Status{}, bad
+// statusOf is the Status of resource that inspect.lua or break.lua read;
+// counter is the fence counter's key. A corrupt counter is an error
+// (wire.ErrCorruptCounter) with the rest of the Status filled in.
+func statusOf(resource, counter string, w wire.Status) (Status, error) {
+	last, counterErr := wire.ParseCounter(counter, w.Counter)
+	st := Status{Resource: resource, LastFence: last, Waiters: w.Waiters, Permits: int(w.Permits)}
+	if w.PTTL != -2 { // the lease key exists
+		st.setLease(w.Value, time.Duration(w.PTTL)*time.Millisecond)
 	}
-	value, ok := res[0].(string)
-	ints, ok2 := int64s([]any{res[1], res[3], res[4]})
-	holders, ok3 := res[5].([]any)
-	if !ok || !ok2 || !ok3 {
-		return Status{}, bad
-	}
-	last, counterErr := parseCounter(counter, res[2])
-	st := Status{Resource: resource, LastFence: last, Waiters: ints[1], Permits: int(ints[2])}
-	if ints[0] != -2 { // the lease key exists
-		st.setLease(value, time.Duration(ints[0])*time.Millisecond)
-	}
-	for _, h := range holders {
-		f, _ := h.([]any)
-		if len(f) != 4 {
-			return Status{}, bad
-		}
-		kind, _ := f[0].(string)
-		v, _ := f[2].(string)
-		x, ok := int64s([]any{f[1], f[3]})
-		if !ok || holderKinds[kind] == "" {
-			return Status{}, bad
-		}
-		owner, fence, desc, _ := parseLease(v)
-		st.Shared = append(st.Shared, Holder{Kind: holderKinds[kind], Permit: int(x[0]), Owner: owner, Fence: fence,
-			Holder: desc, TTL: time.Duration(x[1]) * time.Millisecond})
+	for _, h := range w.Holders {
+		owner, fence, desc, _ := wire.ParseLease(h.Value)
+		st.Shared = append(st.Shared, Holder{Kind: h.Kind, Permit: int(h.Permit), Owner: owner, Fence: fence,
+			Holder: desc, TTL: time.Duration(h.PTTL) * time.Millisecond})
 	}
 	if counterErr != nil {
 		return st, errorf("%s: %w", quote(resource), counterErr)
@@ -176,11 +157,11 @@ func (c *Client) Scan(ctx context.Context, pattern string, fn func(Status) error
 	}
 	seen := map[string]bool{} // resources reported through another key than their lease
 	var stopped error         // fn's error, or inspect's (already described): returned as it is
-	err = c.b.scan(ctx, resourcePattern(cfg.prefix, pattern), func(keys []string) error {
+	err = c.conn.Scan(ctx, wire.ResourcePattern(cfg.prefix, pattern), func(keys []string) error {
 		stopped = c.scanBatch(ctx, cfg, keys, seen, fn)
 		return stopped
 	})
-	if err != nil && err != stopped && c.b.classify(err) != refused {
+	if err != nil && err != stopped && c.conn.Classify(err) != driver.Refused {
 		return errorf("scan: %w", err)
 	}
 	return err
@@ -192,12 +173,12 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, seen
 	var resources []string
 	var byQueue []bool // found by another key than the lease: report only if it has no lease
 	for _, k := range keys {
-		r, kind, ok := resourceOf(cfg.prefix, k)
+		r, kind, ok := wire.ResourceOf(cfg.prefix, k)
 		switch {
 		case !ok:
-		case kind == kindLease:
+		case kind == wire.KindLease:
 			resources, byQueue = append(resources, r), append(byQueue, false)
-		case kind == kindQueue, kind == kindPermits, kind == kindWriter, kind == kindReaders:
+		case kind == wire.KindQueue, kind == wire.KindPermits, kind == wire.KindWriter, kind == wire.KindReaders:
 			resources, byQueue = append(resources, r), append(byQueue, true)
 		}
 	}
@@ -268,13 +249,17 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64) (st St
 
 // breakLease runs break.lua.
 func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, fence int64) (Status, bool, error) {
-	k := keys(cfg.prefix, resource)
-	r := c.b.eval(ctx, breakCall(&k, newSharedKeys(cfg.prefix, resource), strconv.FormatInt(fence, 10), c.b.sharded()))
-	if r.err != nil {
-		return Status{}, false, requestError("break", resource, c.b.classify(r.err), r.err)
+	k := wire.KeysOf(cfg.prefix, resource)
+	r := c.conn.Run(ctx, wire.Break(&k, wire.SharedKeysOf(cfg.prefix, resource), fence, c.conn.Sharded()))
+	if r.Err != nil {
+		return Status{}, false, requestError("break", resource, c.conn.Classify(r.Err), r.Err)
 	}
-	st, err := parseStatus(resource, k.fence, r.vals, 7)
-	if errors.Is(err, errCorruptCounter) {
+	w, err := wire.ParseStatus(resource, r, true)
+	if err != nil {
+		return Status{}, false, err
+	}
+	st, err := statusOf(resource, k.Fence, w)
+	if errors.Is(err, wire.ErrCorruptCounter) {
 		// The leases are removed by now; a corrupt counter (LastFence 0) is
 		// no failure of Break's, and Inspect or LastFence report it.
 		err = nil
@@ -282,6 +267,5 @@ func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, f
 	if err != nil {
 		return Status{}, false, err
 	}
-	removed, _ := r.vals[6].(int64)
-	return st, removed > 0, nil
+	return st, w.Removed > 0, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"log/slog"
 	"slices"
 	"strings"
@@ -241,7 +242,7 @@ func TestIntegrationScan(t *testing.T) {
 	// A resource only waited for is found by its queue.
 	require.NoError(t, rdb.ZAdd(ctx, "ops*[x]:{a:waited}:queue", redis.Z{Score: 1, Member: "w/c"}).Err())
 	// Many more, to take several SCAN pages.
-	const many = 3 * scanCount
+	const many = 3 * wire.ScanCount
 	pipe := rdb.Pipeline()
 	for i := range many {
 		pipe.Set(ctx, fmt.Sprintf("ops*[x]:{b:%d}:lease", i), fmt.Sprintf("o:%d", i+1), time.Minute)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"runtime"
 	"runtime/metrics"
 	"sync/atomic"
@@ -80,13 +81,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}},
 		{"scripts", func(c *Client) func(context.Context) error {
-			k := keys(DefaultPrefix, "bench")
-			owner, member, ttl := "owner", "owner/c", any(c.cfg.ttl.Milliseconds())
+			k := wire.KeysOf(DefaultPrefix, "bench")
+			owner, member, ttl := "owner", "owner/c", c.cfg.ttlArg
 			return func(ctx context.Context) error {
-				if err := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, false, false, false, &noMember)).err; err != nil {
+				if err := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, false, false, false, "")).Err; err != nil {
 					return err
 				}
-				return c.b.eval(ctx, releaseCall(&k, &owner, &noMember, false)).err
+				return c.conn.Run(ctx, wire.Release(&k, owner, "", false)).Err
 			}
 		}},
 	}
@@ -165,15 +166,16 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				resource := fmt.Sprintf("bench-par-%d", seq.Add(1))
-				k := keys(DefaultPrefix, resource)
+				k := wire.KeysOf(DefaultPrefix, resource)
 				owner, member := newOwner(c.hub.id)
-				holder, ttl := DefaultHolder(), any(c.cfg.ttl.Milliseconds())
+				holder, ttl := DefaultHolder(), c.cfg.ttlArg
 				for pb.Next() {
 					if name == "scripts" {
 						// A fence (> 0) for the lease taken, 1 for the lease deleted.
-						acq := c.b.eval(ctx, acquireCall(&k, &owner, &member, ttl, true, false, false, &holder))
-						rel := c.b.eval(ctx, releaseCall(&k, &owner, &noMember, false))
-						if err := errors.Join(acq.err, rel.err); err != nil || acq.vals != nil || acq.n <= 0 || rel.n != 1 {
+						acq := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, true, false, false, holder))
+						rel := c.conn.Run(ctx, wire.Release(&k, owner, "", false))
+						fence, _ := acq.Value.(int64)
+						if err := errors.Join(acq.Err, rel.Err); err != nil || fence <= 0 || rel.Value != int64(1) {
 							b.Errorf("acquire %+v, release %+v: %v", acq, rel, err)
 							return
 						}

@@ -10,15 +10,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/shared"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Client takes leases on one Redis deployment. It is safe for concurrent use;
 // create one per Redis deployment and share it. Its zero value is not usable;
 // call New.
 type Client struct {
-	b           backend
+	conn        *wire.Conn
 	cfg         config  // the defaults as given to New
 	defaults    *config // cfg validated, shared by leases taken without options
 	defaultsErr error   // why cfg is not valid; an acquire's options may fix it
@@ -38,15 +41,51 @@ type Client struct {
 	bgClosed bool // under mu: Close is waiting for bg, or has
 }
 
-// New returns a Client that takes leases through rdb, which may be a plain
-// client (redis.NewClient), a Sentinel failover client
+// New returns a Client that takes leases through the go-redis client rdb,
+// which may be a plain client (redis.NewClient), a Sentinel failover client
 // (redis.NewFailoverClient) or a cluster client (redis.NewClusterClient).
 // opts are the defaults of every lease; options given to an acquire call
 // override them for that lease. New does no I/O; invalid options are reported
 // by the first acquire call. A nil rdb makes every call return
-// ErrInvalidArgument. Under load the Client's concurrent calls share round
-// trips (WithCombinedRequests).
+// ErrInvalidArgument, and so does a *redis.Ring, which spreads a resource's
+// keys over shards that no one script can reach. Under load the Client's
+// concurrent calls share round trips (WithCombinedRequests).
+//
+// For another client library, see NewWithDriver and the modules
+// github.com/redlease/redlease/rueidislease and .../valkeylease.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := newClient(opts)
+	if shared.IsNil(rdb) {
+		c.err = invalidf("nil Redis client")
+		return c
+	}
+	d, err := goredis.New(rdb, !c.cfg.uncombined)
+	if err != nil {
+		c.err = invalidf("%w", err)
+		return c
+	}
+	c.start(d)
+	return c
+}
+
+// NewWithDriver returns a Client that takes leases through d, a Redis
+// client library's implementation of package driver's interface (the
+// modules rueidislease and valkeylease call it). It is New for any client;
+// WithCombinedRequests applies to go-redis only (a driver combines
+// concurrent requests on its own, or not). A nil d makes every call return
+// ErrInvalidArgument.
+func NewWithDriver(d driver.Driver, opts ...Option) *Client {
+	c := newClient(opts)
+	if shared.IsNil(d) {
+		c.err = invalidf("nil driver")
+		return c
+	}
+	c.start(d)
+	return c
+}
+
+// newClient returns a Client with the defaults of opts, and no driver yet.
+func newClient(opts []Option) *Client {
 	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
 	c.cfg.apply(opts)
 	c.clk = c.cfg.clk
@@ -54,17 +93,14 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if c.defaultsErr = defaults.validate(); c.defaultsErr == nil {
 		c.defaults = &defaults
 	}
-	if shared.IsNil(rdb) {
-		c.err = invalidf("nil Redis client")
-		return c
-	}
-	g := newGoRedis(rdb)
-	g.comb.off = c.cfg.uncombined
-	c.b = g
-	c.wd.b, c.wd.clk = c.b, c.clk
-	c.hub = newHub(c.b)
-	c.hub.clk = c.clk
 	return c
+}
+
+// start puts the Client on d.
+func (c *Client) start(d driver.Driver) {
+	c.conn = wire.NewConn(d)
+	c.wd.conn, c.wd.clk = c.conn, c.clk
+	c.hub = newHub(c.conn, c.clk)
 }
 
 // Close releases every lease of the Client that Redis may still hold (the
@@ -113,15 +149,15 @@ func (c *Client) close(ctx context.Context) ([]pending, error) {
 		errs   []error
 		events []pending
 	)
-	for from := 0; from < len(leases); from += maxBatch {
-		evs, es := c.releaseBatch(ctx, leases[from:min(from+maxBatch, len(leases))])
+	for from := 0; from < len(leases); from += driver.MaxBatch {
+		evs, es := c.releaseBatch(ctx, leases[from:min(from+driver.MaxBatch, len(leases))])
 		events, errs = append(events, evs...), append(errs, es...)
 	}
 	c.mu.Lock()
 	c.bgClosed = true // no more bg.Add: Wait may not race with one
 	c.mu.Unlock()
 	c.waitBackground(ctx)
-	c.hub.close()
+	c.hub.close(ctx)
 	c.wd.stop()
 	c.wd.goroutines.Wait()
 	const most = 10
@@ -165,9 +201,10 @@ func (c *Client) releaseBatch(ctx context.Context, leases []*Lease) ([]pending, 
 			rctx, cancelAt = context.WithDeadline(rctx, deadline)
 			defer cancelAt()
 		}
-		calls := func(i int) call { return send[i].releaseCall(&noMember) }
-		for i, r := range c.b.evalAll(rctx, len(send), calls) {
-			ev, err := send[i].endRelease(start, r.n == 1, r.err)
+		calls := func(i int) wire.Call { return send[i].releaseCall("") }
+		for i, r := range c.conn.RunMany(rctx, len(send), calls) {
+			deleted, err := wire.Done(r)
+			ev, err := send[i].endRelease(start, deleted, err)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -241,23 +278,7 @@ func (c *Client) spawn(f func()) bool {
 // waitBackground waits for the goroutines of spawn, or until ctx's deadline
 // (not its cancellation: see Close). Those still running then end by
 // themselves, once their requests return.
-func (c *Client) waitBackground(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		c.bg.Wait()
-		close(done)
-	}()
-	var deadline <-chan time.Time
-	if d, ok := ctx.Deadline(); ok {
-		t := time.NewTimer(time.Until(d))
-		defer t.Stop()
-		deadline = t.C
-	}
-	select {
-	case <-done:
-	case <-deadline:
-	}
-}
+func (c *Client) waitBackground(ctx context.Context) { wait(ctx, &c.bg) }
 
 // leaseConfig merges the Client's defaults with opts and validates them and
 // the resource names. Without opts, leases share the Client's validated
@@ -307,7 +328,7 @@ func (c *Client) usable() error {
 }
 
 // validResource refuses a resource name whose keys cannot share a Cluster
-// hash slot (see keys.go).
+// hash slot (see internal/wire/keys.go).
 func validResource(r string) error {
 	switch {
 	case r == "":

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/goredis"
+	"github.com/redlease/redlease/internal/wire"
 	"sync"
 	"testing"
 	"time"
@@ -78,12 +80,11 @@ func (h *holdHook) pipelineSizes() []int {
 	return append([]int(nil), h.pipelines...)
 }
 
-func queuedCalls(c *Client) int {
-	m := &c.b.(*goRedis).comb
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.queue)
-}
+func queuedCalls(c *Client) int { return c.conn.Driver().(*goredis.Driver).Queued() }
+
+// combineAfter is how many requests of a Client are in flight before its
+// calls queue (internal/goredis/combine.go).
+const combineAfter = 4
 
 // eventually polls cond for up to 10 s.
 func eventuallyTrue(t *testing.T, what string, cond func() bool) {
@@ -273,7 +274,7 @@ func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // forever, and the Client goes on.
 func TestBatchThatPanicsFailsItsOtherCalls(t *testing.T) {
 	c, h, _ := combiningClient(t, false)
-	c.b.(*goRedis).rdb.AddHook(&panicHook{})
+	c.conn.Driver().(*goredis.Driver).Client().AddHook(&panicHook{})
 	ctx := context.Background()
 	first := holdInFlight(t, c, h)
 	panicked := make(chan any, 3)
@@ -296,7 +297,7 @@ func TestBatchThatPanicsFailsItsOtherCalls(t *testing.T) {
 	}
 	require.Equal(t, "hook", <-panicked)
 	for range 2 {
-		require.ErrorIs(t, <-errs, errBatchPanicked)
+		require.ErrorIs(t, <-errs, goredis.ErrBatchPanicked)
 	}
 	_, err := c.LastFence(ctx, "after")
 	require.NoError(t, err)
@@ -365,7 +366,7 @@ func TestCombinedCallsOnClusterSpanTheNodes(t *testing.T) {
 	nodes := map[string]bool{}
 	for i := range names {
 		names[i] = fmt.Sprint("spread-", i)
-		addr, err := cc.MasterForKey(ctx, keys(DefaultPrefix, names[i]).lease)
+		addr, err := cc.MasterForKey(ctx, wire.KeysOf(DefaultPrefix, names[i]).Lease)
 		require.NoError(t, err)
 		nodes[addr.Options().Addr] = true
 	}

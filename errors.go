@@ -8,7 +8,9 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/shared"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Errors returned by this package. Test for them with errors.Is: they are
@@ -82,20 +84,10 @@ type BusyError struct {
 	// Holder is the holder's description (WithHolder), "" if it has none.
 	Holder string
 
-	first bool      // the acquirer is the first live waiter in the queue
-	index int       // of Resource among the resources asked for
-	why   busyCause // what a shared lease waits for
+	first bool           // the acquirer is the first live waiter in the queue
+	index int            // of Resource among the resources asked for
+	why   wire.BusyCause // what a shared lease waits for
 }
-
-// busyCause says what keeps a shared lease from being taken.
-type busyCause uint8
-
-const (
-	busyHeld    busyCause = iota // the lease (or the write lease) is held
-	busyPermits                  // every permit of a semaphore is held
-	busyReaders                  // a writer waits for the read leases
-	busyWriter                   // a reader waits behind a waiting writer
-)
 
 func (e *BusyError) Error() string {
 	r := quote(e.Resource)
@@ -104,11 +96,11 @@ func (e *BusyError) Error() string {
 		by += " (" + printable(shared.Cut(e.Holder)) + ")"
 	}
 	switch {
-	case e.why == busyPermits:
+	case e.why == wire.BusyPermits:
 		return fmt.Sprintf("redlease: every permit of %s is held; the first lapses in %v unless its holder renews it", r, e.Remaining)
-	case e.why == busyReaders:
+	case e.why == wire.BusyReaders:
 		return fmt.Sprintf("redlease: %s has readers; the last read lease lapses in %v unless renewed", r, e.Remaining)
-	case e.why == busyWriter:
+	case e.why == wire.BusyWriter:
 		return "redlease: " + r + " has a writer waiting, and writers go first"
 	case e.Remaining == 0:
 		return "redlease: " + r + " is busy: its lease is about to expire, or earlier waiters come first (fair lease)"
@@ -152,9 +144,9 @@ func notAcquired(resource string, err error) error {
 }
 
 // requestError describes the failed request op on resource; class is what
-// the backend made of its error.
-func requestError(op, resource string, class errorClass, err error) error {
-	if class == unknown {
+// the driver made of its error.
+func requestError(op, resource string, class driver.ErrorClass, err error) error {
+	if class == driver.Unknown {
 		return errorf("%s %s: %w: %w", op, quote(resource), ErrOutcomeUnknown, err)
 	}
 	return errorf("%s %s: %w", op, quote(resource), err)

@@ -2,15 +2,14 @@ package redlease
 
 import (
 	"context"
-	"errors"
-	"strconv"
-	"strings"
+
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Fencing tokens.
 //
 // Every acquisition of a resource increments the fence counter of the
-// resource's hash slot (see keys.go) in the same script that creates the
+// resource's hash slot (see internal/wire/keys.go) in the same script that creates the
 // lease, so the fence of a lease is larger than that of every earlier
 // holder of the resource (and of every other resource in that slot). With
 // WithFenceSource the fence comes from the source instead; the script still
@@ -55,39 +54,13 @@ func (c *Client) LastFence(ctx context.Context, resource string) (int64, error) 
 		return 0, err
 	}
 	// The counter alone, not Inspect's ten keys.
-	counter := slotCounter(cfg.prefix, slotOf(resource))
-	r := c.b.eval(ctx, counterCall(&counter))
-	if r.err != nil {
-		return 0, requestError("read the fence counter of", resource, c.b.classify(r.err), r.err)
+	counter := wire.SlotCounter(cfg.prefix, wire.SlotOf(resource))
+	r := c.conn.Run(ctx, wire.Counter(counter))
+	if r.Err != nil {
+		return 0, requestError("read the fence counter of", resource, c.conn.Classify(r.Err), r.Err)
 	}
-	return counterValue(counter, r.vals)
+	return wire.ParseCounterReply(counter, r)
 }
-
-// counterValue reads counter.lua's reply {value} for counter.
-func counterValue(counter string, vals []any) (int64, error) {
-	if len(vals) != 1 {
-		return 0, errorf("fence counter %s: script replied %v", counter, vals)
-	}
-	return parseCounter(counter, vals[0])
-}
-
-// parseCounter reads a fence counter's value as Redis holds it. The Lua
-// scripts return it as it is, because tonumber reads "0x10" as 16 and "1.5"
-// as 1 and rounds above 2^53; only what INCR counts from (no sign, no
-// leading zero, no other spelling: strconv.ParseInt alone takes "+7" and
-// "007") is a count.
-func parseCounter(counter string, v any) (int64, error) {
-	s, _ := v.(string)
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || strconv.FormatInt(n, 10) != s {
-		return 0, errorf("%w: fence counter %s holds %q, not a decimal integer that INCR counts from: "+
-			"every acquisition of its slot fails until AdvanceFence repairs it", errCorruptCounter, counter, v)
-	}
-	return n, nil
-}
-
-// errCorruptCounter marks parseCounter's error.
-var errCorruptCounter = errors.New("corrupt fence counter")
 
 // AdvanceFence moves the fence counter that resource draws from forward to
 // at least atLeast, atomically, and returns the counter's value afterwards.
@@ -125,27 +98,12 @@ func (c *Client) AdvanceFence(ctx context.Context, resource string, atLeast int6
 	if atLeast < 1 || atLeast > MaxFence {
 		return 0, errorf("advance fence of %s: %w", quote(resource), invalidf("%d is not in 1..MaxFence (2^53)", atLeast))
 	}
-	k := keys(cfg.prefix, resource)
-	// advance.lua replies in decimal (exact above 2^53); an integer reply
-	// reads it.
-	r := c.b.eval(ctx, advanceCall(&k, atLeast))
-	if r.err != nil {
-		return 0, requestError("advance fence of", resource, c.b.classify(r.err), r.err)
+	k := wire.KeysOf(cfg.prefix, resource)
+	r := c.conn.Run(ctx, wire.Advance(&k, atLeast))
+	if r.Err != nil {
+		return 0, requestError("advance fence of", resource, c.conn.Classify(r.Err), r.Err)
 	}
-	return r.n, nil
-}
-
-// parseLease splits a lease value, "<owner>:<fence>[:<holder>]", less the
-// NUL byte that marks a lease waited for (see lua/acquire.lua).
-func parseLease(v string) (owner string, fence int64, holder string, ok bool) {
-	v = strings.TrimSuffix(v, "\x00")
-	owner, rest, found := strings.Cut(v, ":")
-	if !found || owner == "" {
-		return "", 0, "", false
-	}
-	digits, holder, _ := strings.Cut(rest, ":")
-	fence, err := strconv.ParseInt(digits, 10, 64)
-	return owner, fence, holder, err == nil && fence > 0
+	return wire.Int(r) // in decimal: exact above 2^53
 }
 
 // FenceCounter is one fence counter in Redis, as ScanFences finds it.
@@ -169,27 +127,27 @@ func (c *Client) ScanFences(ctx context.Context, fn func(FenceCounter) error) er
 		return err
 	}
 	prefix := c.cfg.prefix
-	return c.b.scan(ctx, escapeGlob(prefix)+"{*}:fence*", func(ks []string) error {
+	return c.conn.Scan(ctx, wire.EscapeGlob(prefix)+"{*}:fence*", func(ks []string) error {
 		var counters []FenceCounter
 		for _, k := range ks {
-			tag, kind, ok := resourceOf(prefix, k)
+			tag, kind, ok := wire.ResourceOf(prefix, k)
 			switch {
 			case !ok:
-			case kind == kindFences:
-				counters = append(counters, FenceCounter{Key: k, Slot: slotOf(tag)})
-			case kind == kindFence:
-				counters = append(counters, FenceCounter{Key: k, Slot: slotOf(tag), Resource: tag})
+			case kind == wire.KindFences:
+				counters = append(counters, FenceCounter{Key: k, Slot: wire.SlotOf(tag)})
+			case kind == wire.KindFence:
+				counters = append(counters, FenceCounter{Key: k, Slot: wire.SlotOf(tag), Resource: tag})
 			}
 		}
 		if len(counters) == 0 {
 			return nil
 		}
-		replies := c.b.evalAll(ctx, len(counters), func(i int) call { return counterCall(&counters[i].Key) })
+		replies := c.conn.RunMany(ctx, len(counters), func(i int) wire.Call { return wire.Counter(counters[i].Key) })
 		for i, r := range replies {
-			if r.err != nil {
-				return errorf("scan fences: %w", r.err)
+			if r.Err != nil {
+				return errorf("scan fences: %w", r.Err)
 			}
-			v, err := counterValue(counters[i].Key, r.vals)
+			v, err := wire.ParseCounterReply(counters[i].Key, r)
 			if err != nil {
 				return errorf("scan fences: %w", err)
 			}
@@ -225,12 +183,12 @@ func (c *Client) MigrateFences(ctx context.Context) (int, error) {
 	// Exactly the old key form: ScanFences's "{*}:fence*" also matches the
 	// slots' counters (up to 16,384), which have nothing to migrate. The old
 	// counters are not read first either: migrate.lua reads them.
-	err := c.b.scan(ctx, escapeGlob(prefix)+"{*}:"+kindFence, func(ks []string) error {
+	err := c.conn.Scan(ctx, wire.EscapeGlob(prefix)+"{*}:"+wire.KindFence, func(ks []string) error {
 		var olds, counters, resources []string
 		for _, k := range ks {
-			if r, kind, ok := resourceOf(prefix, k); ok && kind == kindFence {
+			if r, kind, ok := wire.ResourceOf(prefix, k); ok && kind == wire.KindFence {
 				olds, resources = append(olds, k), append(resources, r)
-				counters = append(counters, slotCounter(prefix, slotOf(r)))
+				counters = append(counters, wire.SlotCounter(prefix, wire.SlotOf(r)))
 			}
 		}
 		if len(olds) == 0 {
@@ -238,14 +196,14 @@ func (c *Client) MigrateFences(ctx context.Context) (int, error) {
 		}
 		// One atomic script per counter, sent in pipelines: no order among
 		// them is needed, each folds into its own slot's counter.
-		replies := c.b.evalAll(ctx, len(olds), func(i int) call { return migrateCall(&olds[i], &counters[i]) })
+		replies := c.conn.RunMany(ctx, len(olds), func(i int) wire.Call { return wire.Migrate(olds[i], counters[i]) })
 		var first error
 		for i, r := range replies {
 			switch {
-			case r.err == nil:
+			case r.Err == nil:
 				n++
 			case first == nil:
-				first = errorf("migrate the fence counter of %s: %w", quote(resources[i]), r.err)
+				first = errorf("migrate the fence counter of %s: %w", quote(resources[i]), r.Err)
 			}
 		}
 		return first

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,20 +154,6 @@ func TestFenceSource(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 }
 
-// The fence counter is the hash slot's: every key of the table hashes to
-// its slot, and a resource's counter key shares the resource's slot.
-func TestSlotTagsHashToTheirSlots(t *testing.T) {
-	require.Len(t, slotTags, 3*numSlots)
-	for s := range numSlots {
-		require.Equal(t, s, int(crc16(slotTag(s))%numSlots), "slot %d", s)
-	}
-	require.Equal(t, uint16(0x31C3), crc16("123456789"), "CRC16-XMODEM, as Redis Cluster hashes")
-	for _, r := range []string{"r", "order:42", "{tenant}:a", "a}b", "ü"} {
-		k := keys(DefaultPrefix, r)
-		require.Equal(t, slotOf(r), slotOf(k.fence[len(DefaultPrefix)+1:]), "%q", r)
-	}
-}
-
 // Fences of a resource keep rising when its slot, counter included, moves to
 // another master (a reshard).
 func TestIntegrationFencesRiseAcrossSlotMigration(t *testing.T) {
@@ -184,7 +171,7 @@ func TestIntegrationFencesRiseAcrossSlotMigration(t *testing.T) {
 		take()
 	}
 	last := take()
-	slot := slotOf("moving")
+	slot := wire.SlotOf("moving")
 	src, err := cc.MasterForKey(ctx, "{moving}")
 	require.NoError(t, err)
 	var dst *redis.Client
@@ -217,7 +204,7 @@ func TestMigrateFencesFromPerResourceCounters(t *testing.T) {
 	ctx := t.Context()
 	c := New(rdb)
 	for r, n := range map[string]string{"a": "41", "b": "7", "a}x": "50"} {
-		require.NoError(t, mr.Set(key(DefaultPrefix, r, kindFence), n)) // as a version before this one left them
+		require.NoError(t, mr.Set(wire.Key(DefaultPrefix, r, wire.KindFence), n)) // as a version before this one left them
 	}
 	var legacy []string
 	require.NoError(t, c.ScanFences(ctx, func(fc FenceCounter) error {
@@ -235,7 +222,7 @@ func TestMigrateFencesFromPerResourceCounters(t *testing.T) {
 		require.NoError(t, err)
 		require.Greater(t, l.Fence(), old, "%q", r)
 		require.NoError(t, l.Release(ctx))
-		require.False(t, mr.Exists(key(DefaultPrefix, r, kindFence)), "the old counter is gone")
+		require.False(t, mr.Exists(wire.Key(DefaultPrefix, r, wire.KindFence)), "the old counter is gone")
 	}
 	n, err = c.MigrateFences(ctx)
 	require.NoError(t, err)
@@ -256,18 +243,18 @@ func TestIntegrationMigrateFencesTouchesOnlyOldCounters(t *testing.T) {
 	pipe := rdb.Pipeline()
 	const slots, olds = 300, 20
 	for s := range slots {
-		pipe.Set(ctx, slotCounter(DefaultPrefix, s), 1000+s, 0)
+		pipe.Set(ctx, wire.SlotCounter(DefaultPrefix, s), 1000+s, 0)
 	}
 	oldSlots := map[int]int64{}
 	for i := range olds {
 		r := fmt.Sprintf("old:%d", i)
-		pipe.Set(ctx, key(DefaultPrefix, r, kindFence), 5000+i, 0)
-		oldSlots[slotOf(r)] = max(oldSlots[slotOf(r)], int64(5000+i))
+		pipe.Set(ctx, wire.Key(DefaultPrefix, r, wire.KindFence), 5000+i, 0)
+		oldSlots[wire.SlotOf(r)] = max(oldSlots[wire.SlotOf(r)], int64(5000+i))
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)
 	c := New(rdb)
-	require.NoError(t, rdb.ScriptLoad(ctx, migrateSrc).Err()) // no NOSCRIPT round to count
+	require.NoError(t, rdb.ScriptLoad(ctx, wire.Named("migrate.lua").Source()).Err()) // no NOSCRIPT round to count
 	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
 	trips := &roundTripHook{}
 	rdb.AddHook(trips)
@@ -281,7 +268,7 @@ func TestIntegrationMigrateFencesTouchesOnlyOldCounters(t *testing.T) {
 	require.Equal(t, scans, int64(stats["scan"]))
 	require.LessOrEqual(t, others, scans, "at most one round trip of scripts per SCAN batch (not one per old counter)")
 	for s := range slots {
-		v, err := rdb.Get(ctx, slotCounter(DefaultPrefix, s)).Int64()
+		v, err := rdb.Get(ctx, wire.SlotCounter(DefaultPrefix, s)).Int64()
 		require.NoError(t, err)
 		want := int64(1000 + s)
 		if old, ok := oldSlots[s]; ok {
@@ -290,7 +277,7 @@ func TestIntegrationMigrateFencesTouchesOnlyOldCounters(t *testing.T) {
 		require.Equal(t, want, v, "slot %d", s)
 	}
 	for i := range olds {
-		require.Zero(t, rdb.Exists(ctx, key(DefaultPrefix, fmt.Sprintf("old:%d", i), kindFence)).Val())
+		require.Zero(t, rdb.Exists(ctx, wire.Key(DefaultPrefix, fmt.Sprintf("old:%d", i), wire.KindFence)).Val())
 	}
 }
 
@@ -348,7 +335,7 @@ func TestAdvanceFenceNeverMovesBack(t *testing.T) {
 	n, err = New(rdb, WithPrefix("other:")).AdvanceFence(ctx, "r", MaxFence)
 	require.NoError(t, err)
 	require.Equal(t, MaxFence, n)
-	v, err := rdb.Get(ctx, slotCounter("other:", slotOf("r"))).Int64()
+	v, err := rdb.Get(ctx, wire.SlotCounter("other:", wire.SlotOf("r"))).Int64()
 	require.NoError(t, err)
 	require.Equal(t, MaxFence, v)
 	last, err = c.LastFence(ctx, "r")
@@ -376,12 +363,12 @@ func TestIntegrationCorruptFenceCounter(t *testing.T) {
 	for _, bad := range []string{"0x10", "1.5", "1e3", "-3", "+7", "007", " 7", "abc", "", "99999999999999999999"} {
 		require.NoError(t, rdb.Set(ctx, counter, bad, 0).Err())
 		_, err := c.LastFence(ctx, "r")
-		require.ErrorIs(t, err, errCorruptCounter, "%q", bad)
+		require.ErrorIs(t, err, wire.ErrCorruptCounter, "%q", bad)
 		require.ErrorContains(t, err, counter, "%q: the error names the counter", bad)
 		_, err = c.Inspect(ctx, "r")
-		require.ErrorIs(t, err, errCorruptCounter, "%q", bad)
+		require.ErrorIs(t, err, wire.ErrCorruptCounter, "%q", bad)
 		err = c.ScanFences(ctx, func(FenceCounter) error { return nil })
-		require.ErrorIs(t, err, errCorruptCounter, "%q", bad)
+		require.ErrorIs(t, err, wire.ErrCorruptCounter, "%q", bad)
 		if bad != "-3" { // INCR counts from -3 (to fences a lease cannot carry)
 			_, err = c.TryAcquire(ctx, "r")
 			require.Error(t, err, "%q: INCR fails on it", bad)
@@ -433,7 +420,7 @@ func TestIntegrationCorruptFenceCounter(t *testing.T) {
 	// An old per-resource counter that is corrupt is refused, and nothing
 	// changes (migrate.lua folded "0x10" in as 16 and copied it).
 	require.NoError(t, rdb.Set(ctx, counter, "20", 0).Err())
-	old := key(DefaultPrefix, "r", kindFence)
+	old := wire.Key(DefaultPrefix, "r", wire.KindFence)
 	require.NoError(t, rdb.Set(ctx, old, "0x10", 0).Err())
 	_, err = c.MigrateFences(ctx)
 	require.ErrorContains(t, err, old)
@@ -458,9 +445,9 @@ func TestLastFenceRunsTheCounterScript(t *testing.T) {
 	for _, a := range h.args {
 		switch a[0] {
 		case "evalsha":
-			require.Equal(t, counterScript.hash, a[1])
+			require.Equal(t, wire.Named("counter.lua").Hash(), a[1])
 		case "eval": // after NOSCRIPT (a new miniredis has no scripts)
-			require.Equal(t, counterScript.src, a[1])
+			require.Equal(t, wire.Named("counter.lua").Source(), a[1])
 		default:
 			continue // the connection's handshake
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func TestIntegrationFootprintIsBoundedBySlots(t *testing.T) {
 	_ = c.Close(ctx) // it reports the leases left to lapse as lost
 	require.NoError(t, waiter.Close(ctx))
 
-	time.Sleep(ttl + waiterTimeout + time.Second) // every lease, marker and queue has lapsed
+	time.Sleep(ttl + wire.WaiterTimeoutMs*time.Millisecond + time.Second) // every lease, marker and queue has lapsed
 	kinds := map[string]int{}
 	total := 0
 	for cursor := uint64(0); ; {
@@ -88,8 +89,8 @@ func TestIntegrationFootprintIsBoundedBySlots(t *testing.T) {
 				continue // expired meanwhile
 			}
 			require.NoError(t, err)
-			_, kind, _ := resourceOf(DefaultPrefix, k)
-			require.Equal(t, kindFences, kind, "%s (PTTL %v) outlived its lease", k, ttl)
+			_, kind, _ := wire.ResourceOf(DefaultPrefix, k)
+			require.Equal(t, wire.KindFences, kind, "%s (PTTL %v) outlived its lease", k, ttl)
 			kinds[kind]++
 			total++
 		}
@@ -97,7 +98,7 @@ func TestIntegrationFootprintIsBoundedBySlots(t *testing.T) {
 			break
 		}
 	}
-	require.LessOrEqual(t, total, numSlots, "one counter per hash slot at most")
+	require.LessOrEqual(t, total, wire.NumSlots, "one counter per hash slot at most")
 	grew := used() - before
 	t.Logf("after %d resources and %d elections: %d keys left (%.3f per resource), used_memory %+d B (%.1f B per resource)",
 		resources, elections, total, float64(total)/resources, grew, float64(grew)/resources)

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // One attempt of an acquire call: send the acquire script (send), read its
@@ -16,18 +19,14 @@ import (
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	sent := a.c.clk.Now() // the leases' deadlines count from here (S3)
 	r, acked := a.send(ctx)
-	if r.err == nil || a.classify(r.err) != notSent { // the script ran, or may have
+	if r.Err == nil || a.classify(r.Err) != driver.NotSent { // the script ran, or may have
 		a.sent = true
 		a.queued = a.queued || a.wait
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	decode := a.decode
-	if a.kind == kindPermit || a.kind == kindRead {
-		decode = a.decodeShared
-	}
-	fences, err := decode(r)
+	fences, err := a.decode(r)
 	if err != nil {
 		return nil, err
 	}
@@ -40,30 +39,26 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 }
 
 // call is the attempt's script call.
-func (a *acquisition) call() call {
-	timeout := any(0)
-	if a.wait {
-		timeout = waiterTimeoutArg
-	}
+func (a *acquisition) call() wire.Call {
 	if a.kind != kindExclusive {
-		return a.sharedCall(timeout)
+		return a.sharedCall()
 	}
 	if len(a.resources) == 1 {
-		return acquireCall(&a.names[0], &a.owner, &a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, &a.cfg.holder)
+		return wire.Acquire(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.holder)
 	}
-	return acquireAllCall(a.names, &a.owner, &a.member, a.cfg.ttlArg, timeout, a.sent, &a.cfg.holder)
+	return wire.AcquireAll(a.names, a.owner, a.member, a.cfg.ttlArg, a.wait, a.sent, a.cfg.holder)
 }
 
 // run sends the attempt's call c, with WAIT when WithReplicaAck asks.
-func (a *acquisition) run(ctx context.Context, c call) (reply, int64) {
+func (a *acquisition) run(ctx context.Context, c wire.Call) (driver.Reply, int64) {
 	if a.cfg.replicas > 0 {
-		return a.c.b.evalAcked(ctx, c, a.cfg.replicas, a.cfg.replicaTimeout)
+		return a.c.conn.RunWait(ctx, c, a.cfg.replicas, a.cfg.replicaTimeout)
 	}
-	return a.c.b.eval(ctx, c), 0
+	return a.c.conn.Run(ctx, c), 0
 }
 
 // send runs the attempt, returning within abandonSlack of ctx's deadline,
-// after making sure that Redis can be reached (see backend.connect): an
+// after making sure that Redis can be reached (see wire.Conn.Connect): an
 // attempt is not sent into an outage, where its outcome could only be
 // unknown. A failure of that check is an unreachableError: nothing of the
 // acquire was sent.
@@ -75,15 +70,15 @@ func (a *acquisition) run(ctx context.Context, c call) (reply, int64) {
 // request past the deadline, so the request goes on a goroutine of the
 // Client's and send returns at the deadline: the request is then of unknown
 // outcome, and whatever it did is undone by a release once it returns.
-func (a *acquisition) send(ctx context.Context) (reply, int64) {
+func (a *acquisition) send(ctx context.Context) (driver.Reply, int64) {
 	c := a.call() // here: the goroutine below must not read a
-	if d, ok := ctx.Deadline(); !ok || a.c.b.bounded(d) {
+	if d, ok := ctx.Deadline(); !ok || a.c.conn.KeepsDeadline(d) {
 		return a.checkAndRun(ctx, c, nil)
 	}
 	f := &inflight{done: make(chan struct{})}
 	started := a.c.spawn(func() {
 		r, acked := a.checkAndRun(ctx, c, f.sending)
-		if f.finish(r, acked) && (r.err == nil || a.classify(r.err) != notSent) {
+		if f.finish(r, acked) && (r.Err == nil || a.classify(r.Err) != driver.NotSent) {
 			lctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
 			a.leave(lctx)
 			cancel()
@@ -106,7 +101,7 @@ type inflight struct {
 	mu        sync.Mutex
 	isSending bool // the check is done: the acquire is on its way
 	abandoned bool
-	r         reply // set before done is closed
+	r         driver.Reply // set before done is closed
 	acked     int64
 	done      chan struct{}
 }
@@ -123,7 +118,7 @@ func (f *inflight) sending() bool {
 // finish records the attempt's reply, and reports whether the attempt was
 // sent after its caller had stopped waiting: then nobody will take what it
 // may have acquired, and the attempt must give it back.
-func (f *inflight) finish(r reply, acked int64) (late bool) {
+func (f *inflight) finish(r driver.Reply, acked int64) (late bool) {
 	f.mu.Lock()
 	f.r, f.acked = r, acked
 	late = f.abandoned && f.isSending
@@ -133,7 +128,7 @@ func (f *inflight) finish(r reply, acked int64) (late bool) {
 }
 
 // abandon stops waiting for the attempt, whose caller's ctx has ended.
-func (f *inflight) abandon(ctx context.Context) (reply, int64) {
+func (f *inflight) abandon(ctx context.Context) (driver.Reply, int64) {
 	// A Redis that answers at all answers within microseconds: give it a
 	// moment, so that a deadline that falls while the reply is on its way
 	// does not turn a plain busy or granted reply into an unknown outcome.
@@ -152,9 +147,9 @@ func (f *inflight) abandon(ctx context.Context) (reply, int64) {
 	}
 	f.abandoned = true
 	if !f.isSending {
-		return reply{err: &unreachableError{errorf("%w: %w", errNoAnswer, context.Cause(ctx))}}, 0
+		return driver.Reply{Err: &unreachableError{errorf("%w: %w", errNoAnswer, context.Cause(ctx))}}, 0
 	}
-	return reply{err: context.Cause(ctx)}, 0
+	return driver.Reply{Err: context.Cause(ctx)}, 0
 }
 
 // abandonSlack is how long past its context's deadline send waits for a
@@ -163,75 +158,53 @@ const abandonSlack = 50 * time.Millisecond
 
 // checkAndRun checks that Redis can be reached and then, if proceed (nil:
 // always) agrees, runs the attempt.
-func (a *acquisition) checkAndRun(ctx context.Context, c call, proceed func() bool) (reply, int64) {
-	if err := a.c.b.connect(ctx, a.names[0].lease); err != nil {
+func (a *acquisition) checkAndRun(ctx context.Context, c wire.Call, proceed func() bool) (driver.Reply, int64) {
+	if err := a.c.conn.Connect(ctx, a.names[0].Lease); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = errorf("%w: %w", errNoAnswer, err)
 		}
-		return reply{err: &unreachableError{err}}, 0
+		return driver.Reply{Err: &unreachableError{err}}, 0
 	}
 	if proceed != nil && !proceed() {
-		return reply{err: &unreachableError{context.Cause(ctx)}}, 0
+		return driver.Reply{Err: &unreachableError{context.Cause(ctx)}}, 0
 	}
 	return a.run(ctx, c)
 }
 
-// decode reads an acquire script's reply (see lua/acquire.lua and
-// lua/acquire_all.lua): the fences of the new leases, or a *BusyError.
+// decode reads an acquire script's reply (wire.ParseAcquire, ParseShared):
+// the fences of the new leases (and a.permit), or a *BusyError.
 //
 // Model: model/redlease.pml, proctype Client, label acquiring (TAKE).
-func (a *acquisition) decode(r reply) ([]int64, error) {
-	if r.vals == nil {
-		if r.n <= 0 {
-			return nil, errorf("acquire script replied %d", r.n)
-		}
-		a.fence[0] = r.n
-		return a.fence[:], nil
+func (a *acquisition) decode(r driver.Reply) ([]int64, error) {
+	var got wire.Acquired
+	var err error
+	switch a.kind {
+	case kindPermit, kindRead:
+		got, err = wire.ParseShared(r, a.kind == kindPermit)
+	default:
+		got, err = wire.ParseAcquire(r, len(a.resources))
 	}
-	v := r.vals
-	n := len(a.resources)
 	switch {
-	case n == 1 && (len(v) == 3 || len(v) == 4): // {pttl, first, holder[, 'readers']}
-		if x, ok := int64s(v[:2]); ok {
-			holder, _ := v[2].(string)
-			busy := a.busy(0, x[0], x[1] == 1, holder)
-			if len(v) == 4 {
-				busy.why = busyReaders
-			}
-			return nil, busy
-		}
-	case n > 1 && len(v) == n+1: // {1, fence...}
-		if x, ok := int64s(v); ok && x[0] == 1 {
-			return x[1:], nil
-		}
-	case n > 1 && len(v) == 5: // {0, pttl, first, i, holder}
-		if x, ok := int64s(v[:4]); ok && x[0] == 0 && x[3] >= 1 && int(x[3]) <= n {
-			holder, _ := v[4].(string)
-			return nil, a.busy(int(x[3])-1, x[1], x[2] == 1, holder)
-		}
+	case err != nil:
+		return nil, err
+	case got.Busy != nil:
+		return nil, a.busy(got.Busy)
+	case got.Fences != nil:
+		return got.Fences, nil
+	case got.Fence == 0:
+		return nil, errorf("%w: %w: %s is in use with %d permits, not %d", ErrNotAcquired, ErrInvalidArgument,
+			quote(a.resources[0]), got.InUseWith, a.permits)
 	}
-	return nil, errorf("acquire script replied %v", v)
+	a.permit, a.fence[0] = got.Permit, got.Fence
+	return a.fence[:], nil
 }
 
-// int64s returns vals as integers, and false if one is not.
-func int64s(vals []any) ([]int64, bool) {
-	out := make([]int64, len(vals))
-	for i, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			return nil, false
-		}
-		out[i] = n
-	}
-	return out, true
-}
-
-// busy is the error for resource i, held by another owner (holder) whose
-// lease has pttl ms left (-1: no TTL).
-func (a *acquisition) busy(i int, pttl int64, first bool, holder string) *BusyError {
-	busy := &BusyError{Resource: a.resources[i], Remaining: time.Duration(pttl) * time.Millisecond, Holder: holder,
-		first: first, index: i}
-	if pttl < 0 {
+// busy is the error of a busy reply b: another owner holds the lease of
+// resource b.Index.
+func (a *acquisition) busy(b *wire.Busy) *BusyError {
+	busy := &BusyError{Resource: a.resources[b.Index], Remaining: time.Duration(b.PTTL) * time.Millisecond,
+		Holder: b.Holder, first: b.First, index: b.Index, why: b.Why}
+	if b.PTTL < 0 {
 		busy.Remaining = -1
 	}
 	return busy
@@ -318,8 +291,8 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		}
 		sent := a.c.clk.Now()
 		if err == nil {
-			r := a.c.b.eval(ctx, confirmCall(&l.keys, &l.owner, fence, l.cfg.ttlArg))
-			if err = r.err; err == nil && r.n != 1 {
+			var ours bool
+			if ours, err = wire.Done(a.c.conn.Run(ctx, wire.Confirm(&l.keys, l.owner, fence, l.cfg.ttlArg))); err == nil && !ours {
 				err = ErrLeaseLost
 			}
 		}

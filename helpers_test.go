@@ -1,6 +1,11 @@
 package redlease
 
 import (
+	"context"
+	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/goredis"
+	"github.com/redlease/redlease/internal/wire"
 	"testing"
 
 	"github.com/redlease/redlease/internal/servertest"
@@ -10,4 +15,17 @@ func TestMain(m *testing.M) { servertest.Main(m) }
 
 // counterKey is the key of the fence counter that resource draws from,
 // under the default prefix.
-func counterKey(resource string) string { return slotCounter(DefaultPrefix, slotOf(resource)) }
+func counterKey(resource string) string {
+	return wire.SlotCounter(DefaultPrefix, wire.SlotOf(resource))
+}
+
+// testHub returns a hub on rdb, closed when the test ends.
+func testHub(tb testing.TB, rdb redis.UniversalClient) *hub {
+	d, err := goredis.New(rdb, true)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := newHub(wire.NewConn(d), clock.Real)
+	tb.Cleanup(func() { h.close(context.Background()) })
+	return h
+}

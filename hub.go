@@ -2,13 +2,16 @@ package redlease
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // The hub: how the waiters of one Client are woken.
@@ -16,70 +19,65 @@ import (
 // A waiter queues itself in Redis (see lua/queue.lua) and sleeps (waiter.go). Release wakes
 // the first live waiter only, by publishing its owner token on the wake
 // channel of the waiter's Client for that resource, <prefix>{R}:wake:<id>.
-// The waiters of one Client share one subscription connection (one per
-// master node on Redis Cluster, where the channels are shard channels of the
-// resource's slot), and the hub below hands each message to the one waiter it
-// names. So a release costs one message, delivered to one process, and one
-// acquire attempt, however many wait.
+// The hub subscribes each channel once for all the Client's waiters on it
+// (the driver shares connections among channels: a shard channel on Redis
+// Cluster) and hands each message to the one waiter it names. So a release
+// costs one message, delivered to one process, and one acquire attempt,
+// however many wait.
 //
 // Expiry publishes nothing, and messages can be lost (a reconnecting
 // subscription, a waiter that died at the head of the queue); so each waiter
 // also wakes on a timer: the first waiter when the holder's reported TTL runs
 // out, every waiter at least after a backoff with full jitter. Every attempt
 // refreshes the waiter's place in the queue; a waiter that stops trying is
-// dropped from it after waiterTimeout.
+// dropped from it after the waiter timeout.
+//
+// The hub holds h.mu only to read and write its own state, never across a
+// call into the driver: a driver that blocks delays only the waiters of its
+// channel (up to subscribeWait each), one that panics fails that
+// subscription, and neither stops a waiter from keeping its deadline. The
+// driver's Subscribe runs on a goroutine of the hub's; its Close on the
+// goroutine that drops the subscription.
 
 // Timing of waiters.
 const (
 	waitBackoffMin = 25 * time.Millisecond
 	waitBackoffMax = time.Second
-	waiterTimeout  = 3 * waitBackoffMax // > the longest sleep between attempts
 	// subscribeWait bounds how long a new subscription may take to be
-	// confirmed before the waiter goes on without it (on its timers).
+	// confirmed before the waiter goes on without it (on its timers), and
+	// how long an unsubscribe may take.
 	subscribeWait = time.Second
 	// linger keeps an idle channel subscribed for a while, so a resource
 	// waited on again and again is not subscribed again and again.
 	linger = 500 * time.Millisecond
 )
 
-// waiterTimeoutArg is waiterTimeout in ms, boxed once for the script's
-// arguments.
-var waiterTimeoutArg any = waiterTimeout.Milliseconds()
-
 // hub multiplexes the wake channels of one Client's waiters.
 type hub struct {
-	b       backend
-	clk     clock.Clock // of the waiters' timers
-	sharded bool        // Redis Cluster: SSUBSCRIBE, one connection per master
-	id      string      // names this Client's wake channels
+	conn *wire.Conn
+	clk  clock.Clock // of the waiters' timers
+	id   string      // names this Client's wake channels
 
 	mu     sync.Mutex
-	subs   map[string]*subConn // by node address ("" without Cluster)
 	chans  map[string]*wakeChannel
 	closed chan struct{}  // closed by close: waiters stop
-	recv   sync.WaitGroup // the receive goroutines
+	work   sync.WaitGroup // the subscribe goroutines
 
 	// For Client.quiet: the acquire calls at work (waitFor, try), and how
 	// many of them are asleep in sleep.
 	calls, asleep atomic.Int32
 }
 
-// subConn is one subscription connection and the channels it carries.
-type subConn struct {
-	conn  subscription
-	addr  string // the node's address on Cluster, else ""
-	count int    // channels subscribed through it
-}
-
+// wakeChannel is one wake channel and its waiters. A channel has at most one
+// subscription, one subscribe on its way (subscribing) or one unsubscribe on
+// its way (dropping) at a time, so that the driver sees them in the order
+// the hub decided them.
 type wakeChannel struct {
-	sub     *subConn      // nil while not subscribed
-	ready   chan struct{} // closed when Redis confirmed the subscription
-	waiters map[string]chan struct{}
-	idle    *time.Timer // runs while no one waits: unsubscribes
-	// dropping is closed once dropIdle's unsubscribe has been sent: a
-	// subscribe waits for it, so that Redis gets the two in the order the
-	// hub decided them, and the channel ends up subscribed.
-	dropping chan struct{}
+	waiters     map[string]chan struct{}
+	sub         driver.Subscription // nil while not subscribed
+	subscribing chan struct{}       // closed when the subscribe on its way has returned
+	dropping    chan struct{}       // closed when the unsubscribe on its way has returned
+	idle        *time.Timer         // runs while no one waits: unsubscribes
 	// missed holds the last wake-ups that named no waiter here: a waiter
 	// registers only after its first attempt found the lease busy, so its
 	// wake-up may arrive just before it joins.
@@ -87,59 +85,64 @@ type wakeChannel struct {
 	next   int
 }
 
-func newHub(b backend) *hub {
-	return &hub{b: b, sharded: b.sharded(), id: uuid.NewString()[:8], subs: map[string]*subConn{},
-		chans: map[string]*wakeChannel{}, closed: make(chan struct{})}
+func newHub(conn *wire.Conn, clk clock.Clock) *hub {
+	return &hub{conn: conn, clk: clk, id: uuid.NewString()[:8], chans: map[string]*wakeChannel{},
+		closed: make(chan struct{})}
 }
 
-// close ends every subscription and waits for the receive goroutines; the
-// waiters of Acquire calls still running stop with ErrClientClosed.
-func (h *hub) close() {
+// close ends every subscription; the waiters of Acquire calls still running
+// stop with ErrClientClosed. It waits for the subscribe goroutines, until
+// ctx's deadline.
+func (h *hub) close(ctx context.Context) {
+	var subs []driver.Subscription
 	h.mu.Lock()
-	select {
-	case <-h.closed:
-	default:
+	if !isClosed(h.closed) {
 		close(h.closed)
 	}
-	subs := h.subs
-	h.subs = map[string]*subConn{}
-	for _, ch := range h.chans {
-		ch.sub = nil
+	for name, ch := range h.chans {
 		if ch.idle != nil {
 			ch.idle.Stop()
 		}
+		if ch.sub != nil {
+			subs = append(subs, ch.sub)
+			ch.sub = nil
+		}
+		delete(h.chans, name)
 	}
 	h.mu.Unlock()
-	// Closed without h.mu: go-redis holds a PubSub's lock while it
-	// reconnects, and the hub's waiters must not wait for that.
-	for _, sub := range subs {
-		_ = sub.conn.close()
+	for _, s := range subs {
+		closeSub(detach(ctx), s)
 	}
-	h.recv.Wait()
+	wait(ctx, &h.work)
 }
 
-// forgetLocked removes a channel that nobody waits on and that has no
-// subscription, nor an unsubscribe on its way.
-func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
-	if h.chans[channel] == ch && len(ch.waiters) == 0 && ch.sub == nil && ch.dropping == nil {
-		delete(h.chans, channel)
+// closeSub unsubscribes s, bounded by subscribeWait and by ctx.
+func closeSub(ctx context.Context, s driver.Subscription) {
+	ctx, cancel := context.WithTimeout(ctx, subscribeWait)
+	defer cancel()
+	_ = s.Close(ctx)
+}
+
+// wait waits for wg, or until ctx's deadline (not its cancellation).
+func wait(ctx context.Context, wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	var deadline <-chan time.Time
+	if d, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(d))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case <-done:
+	case <-deadline:
 	}
 }
 
-// abandon drops a subscription that was not sent, or not confirmed within
-// subscribeWait (the slot may have moved, and the node answered MOVED), so
-// that a later attempt subscribes again instead of waiting for a
-// confirmation that will not come.
-func (h *hub) abandon(channel string, ch *wakeChannel, sub *subConn, ready chan struct{}) {
-	h.mu.Lock()
-	if ch.sub != sub || ch.ready != ready || isClosed(ready) { // confirmed, or dropped, meanwhile
-		h.mu.Unlock()
-		return
-	}
-	h.unsubscribeLocked(channel, ch)
-}
-
-func isClosed(c chan struct{}) bool {
+func isClosed(c <-chan struct{}) bool {
 	select {
 	case <-c:
 		return true
@@ -148,54 +151,7 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-func waitReady(ctx context.Context, ready chan struct{}) bool {
-	t := time.NewTimer(subscribeWait)
-	defer t.Stop()
-	select {
-	case <-ready:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
-}
-
-// subscriptionLocked returns the subscription connection to n (on Cluster,
-// the channel's master; else the Client's Redis), opening it if needed.
-func (h *hub) subscriptionLocked(ctx context.Context, n node) *subConn {
-	if sub := h.subs[n.addr]; sub != nil {
-		return sub
-	}
-	sub := &subConn{conn: h.b.subscribe(ctx, n), addr: n.addr}
-	h.subs[n.addr] = sub
-	h.recv.Add(1)
-	go h.receive(sub)
-	return sub
-}
-
-// receive delivers the messages of one subscription connection until it is
-// closed.
-func (h *hub) receive(sub *subConn) {
-	defer h.recv.Done()
-	sub.conn.receive(func(m subMessage) {
-		if m.kind == subMessageKind {
-			h.deliver(m.channel, m.payload)
-			return
-		}
-		unsubscribe, last := h.confirm(sub, m)
-		if unsubscribe {
-			// Make the client forget the channel too, or it would subscribe
-			// it again on this node after a reconnect.
-			ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
-			_ = sub.conn.remove(ctx, m.channel) // the node answers MOVED
-			cancel()
-		}
-		if last {
-			_ = sub.conn.close() // receive then returns
-		}
-	})
-}
-
+// deliver hands a message of channel to the waiter it names.
 func (h *hub) deliver(channel, owner string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -205,10 +161,7 @@ func (h *hub) deliver(channel, owner string) {
 	}
 	if owner == "*" { // a writer's release: every waiting reader may go
 		for _, wake := range ch.waiters {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+			signal(wake)
 		}
 		return
 	}
@@ -218,97 +171,144 @@ func (h *hub) deliver(channel, owner string) {
 		ch.next = (ch.next + 1) % len(ch.missed)
 		return
 	}
+	signal(wake)
+}
+
+func signal(c chan struct{}) {
 	select {
-	case wake <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// confirm records a subscription change. It reports whether it was an
-// unasked unsubscribe from a connection that stays open (which the client
-// must then be told of), or one that left the connection without channels
-// (which must then be closed).
-func (h *hub) confirm(sub *subConn, m subMessage) (unsubscribe, last bool) {
+// join registers owner as a waiter on channel: a message naming owner is
+// signalled on wake. It does no I/O: messages arrive once the channel is
+// subscribed (see waiter.subscribe).
+func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch := h.chans[m.channel]
+	ch := h.chans[channel]
 	if ch == nil {
-		return false, false // not ours
+		ch = &wakeChannel{waiters: map[string]chan struct{}{}}
+		h.chans[channel] = ch
 	}
-	switch m.kind {
-	case subConfirmed:
-		if ch.sub == sub && !isClosed(ch.ready) {
-			close(ch.ready)
-		}
-	case subDropped:
-		// The answer to the hub's own unsubscribe arrives while the
-		// channel has no subscription or, if a waiter subscribed it again
-		// since, before that subscribe is confirmed: Redis answers one
-		// connection in order, and the subscribe was sent after the
-		// unsubscribe. An sunsubscribe to a confirmed subscription is taken
-		// for a slot migration (and if it was a late answer after all, the
-		// cost is one more subscribe): waiters fall back on their timers
-		// and subscribe again through the new owner.
-		if ch.sub == sub && isClosed(ch.ready) {
-			ch.sub = nil
-			last := h.releaseLocked(sub)
-			h.forgetLocked(m.channel, ch)
-			return !last, last
+	if ch.idle != nil {
+		ch.idle.Stop()
+		ch.idle = nil
+	}
+	ch.waiters[owner] = wake
+	for i, m := range ch.missed {
+		if m == owner {
+			ch.missed[i] = ""
+			signal(wake)
 		}
 	}
-	return false, false
+	return &waiter{h: h, ch: ch, channel: channel, owner: owner}
+}
+
+// forgetLocked removes a channel that nobody waits on and that has no
+// subscription, nor a subscribe or an unsubscribe on its way.
+func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
+	if h.chans[channel] == ch && len(ch.waiters) == 0 && ch.sub == nil && ch.subscribing == nil && ch.dropping == nil {
+		delete(h.chans, channel)
+	}
+}
+
+// drop unsubscribes the channel's subscription s, if it is still the
+// channel's, outside h.mu and bounded by ctx; meanwhile ch.dropping holds
+// back a new subscribe.
+func (h *hub) drop(ctx context.Context, channel string, ch *wakeChannel, s driver.Subscription) {
+	h.mu.Lock()
+	if ch.sub != s || s == nil {
+		h.mu.Unlock()
+		return
+	}
+	ch.sub = nil
+	dropping := make(chan struct{})
+	ch.dropping = dropping
+	h.mu.Unlock()
+
+	closeSub(ctx, s)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch.dropping = nil
+	close(dropping)
+	h.forgetLocked(channel, ch)
 }
 
 // dropIdle unsubscribes a channel nobody waited on for linger.
 func (h *hub) dropIdle(channel string, ch *wakeChannel) {
 	h.mu.Lock()
-	if h.chans[channel] != ch || len(ch.waiters) > 0 || ch.sub == nil {
-		h.mu.Unlock()
-		return
+	s := ch.sub
+	idle := h.chans[channel] == ch && len(ch.waiters) == 0
+	h.mu.Unlock()
+	if idle {
+		h.drop(context.Background(), channel, ch, s)
 	}
-	h.unsubscribeLocked(channel, ch)
 }
 
-// unsubscribeLocked takes ch off its subscription, and unlocks h.mu. The
-// last channel of a connection closes it; otherwise it sends the
-// unsubscribe (outside h.mu), while ch.dropping holds back a new subscribe.
-func (h *hub) unsubscribeLocked(channel string, ch *wakeChannel) {
-	sub := ch.sub
-	ch.sub = nil
-	if h.releaseLocked(sub) {
-		h.forgetLocked(channel, ch)
-		h.mu.Unlock()
-		_ = sub.conn.close()
-		return
+// startSubscribe subscribes the channel on a goroutine of the hub's, unless
+// a subscription, a subscribe or an unsubscribe is already there; it
+// returns what to wait for: the subscribe's end, or the unsubscribe's
+// (then try again), or nil if the channel has a subscription.
+func (h *hub) startSubscribe(channel string, ch *wakeChannel) (subscribing, dropping chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case ch.dropping != nil:
+		return nil, ch.dropping
+	case ch.subscribing != nil:
+		return ch.subscribing, nil
+	case ch.sub != nil:
+		return nil, nil
+	case isClosed(h.closed):
+		return nil, h.closed
 	}
-	dropping := make(chan struct{})
-	ch.dropping = dropping
-	h.mu.Unlock()
+	done := make(chan struct{})
+	ch.subscribing = done
+	h.work.Add(1)
+	go h.subscribe(channel, ch, done)
+	return done, nil
+}
 
+// subscribe makes the channel's subscription, and closes done.
+func (h *hub) subscribe(channel string, ch *wakeChannel, done chan struct{}) {
+	defer h.work.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
-	_ = sub.conn.remove(ctx, channel)
+	s, err := h.driverSubscribe(ctx, channel)
 	h.mu.Lock()
-	ch.dropping = nil
-	close(dropping)
-	h.forgetLocked(channel, ch)
+	ch.subscribing = nil
+	close(done)
+	keep := err == nil && !isClosed(h.closed) && h.chans[channel] == ch
+	if keep {
+		ch.sub = s
+		if len(ch.waiters) == 0 && ch.idle == nil { // the waiters left meanwhile
+			ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
+		}
+	} else {
+		h.forgetLocked(channel, ch)
+	}
 	h.mu.Unlock()
+	if err == nil && !keep {
+		closeSub(context.Background(), s)
+	}
 }
 
-// releaseLocked drops one channel from sub and reports whether it was the
-// last; then sub is forgotten, and the caller closes its connection (which
-// ends its goroutine) once it has let go of h.mu.
-func (h *hub) releaseLocked(sub *subConn) bool {
-	sub.count--
-	if sub.count > 0 {
-		return false
-	}
-	for addr, s := range h.subs {
-		if s == sub {
-			delete(h.subs, addr)
+// driverSubscribe calls the driver's Subscribe; a panic there fails the
+// subscription (the waiters go on on their timers) instead of the process.
+func (h *hub) driverSubscribe(ctx context.Context, channel string) (s driver.Subscription, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s, err = nil, fmt.Errorf("redlease: the Redis driver panicked in Subscribe: %v", v)
 		}
+	}()
+	s, err = h.conn.Subscribe(ctx, channel, func(payload string) { h.deliver(channel, payload) })
+	if err == nil && s == nil {
+		err = fmt.Errorf("redlease: the Redis driver returned no subscription")
 	}
-	return true
+	return s, err
 }
 
 // sleep waits for d, a wake-up (wake may be nil), or the end of ctx (then
@@ -319,10 +319,8 @@ func (h *hub) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) 
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
-	select {
-	case <-h.closed:
+	if isClosed(h.closed) {
 		return ErrClientClosed
-	default:
 	}
 	t := h.clk.NewTimer(d)
 	defer t.Stop()

@@ -105,7 +105,7 @@ func (m *slotMove) subscribers() (src, dst int64) {
 // waitAsWaitForDoes runs w's subscription check for d, as a waiter's loop does.
 func waitAsWaitForDoes(w *waiter, d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if !w.subscribed() {
+		if !w.subscribed(context.Background()) {
 			w.subscribe(context.Background())
 		}
 	}
@@ -118,8 +118,8 @@ func waitAsWaitForDoes(w *waiter, d time.Duration) {
 // made the hub take the second move's sunsubscribe for an answer.)
 func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(newGoRedis(m.cc))
-	defer h.close()
+	h := testHub(t, m.cc)
+	defer h.close(context.Background())
 	defer m.keepOpen(h).leave()
 	w := h.join(movingChannel, "a", make(chan struct{}, 1))
 	defer w.leave()
@@ -128,19 +128,19 @@ func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 	}
 
 	m.move(m.src, m.dst, nil)
-	servertest.WaitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
+	servertest.WaitFor(t, 5*time.Second, func() bool { return !w.subscribed(context.Background()) })
 	m.owner(m.dst)
 	waitAsWaitForDoes(w, time.Second)
-	if n1, n2 := m.subscribers(); !w.subscribed() || n1 != 0 || n2 != 1 {
-		t.Fatalf("moved away: subscribed()=%v, subscribers on src %d, on dst %d; want true, 0, 1", w.subscribed(), n1, n2)
+	if n1, n2 := m.subscribers(); !w.subscribed(context.Background()) || n1 != 0 || n2 != 1 {
+		t.Fatalf("moved away: subscribed()=%v, subscribers on src %d, on dst %d; want true, 0, 1", w.subscribed(context.Background()), n1, n2)
 	}
 
 	m.move(m.dst, m.src, nil)
-	servertest.WaitFor(t, 5*time.Second, func() bool { return !w.subscribed() })
+	servertest.WaitFor(t, 5*time.Second, func() bool { return !w.subscribed(context.Background()) })
 	m.owner(m.src)
 	waitAsWaitForDoes(w, time.Second)
-	if n1, n2 := m.subscribers(); !w.subscribed() || n1 != 1 || n2 != 0 {
-		t.Fatalf("moved back: subscribed()=%v, subscribers on src %d, on dst %d; want true, 1, 0", w.subscribed(), n1, n2)
+	if n1, n2 := m.subscribers(); !w.subscribed(context.Background()) || n1 != 1 || n2 != 0 {
+		t.Fatalf("moved back: subscribed()=%v, subscribers on src %d, on dst %d; want true, 1, 0", w.subscribed(context.Background()), n1, n2)
 	}
 }
 
@@ -151,8 +151,8 @@ func TestHubFollowsASlotMovingAwayAndBack(t *testing.T) {
 // waiter ever waited on it or dropped it.)
 func TestHubDropsASubscriptionNeverConfirmed(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(newGoRedis(m.cc))
-	defer h.close()
+	h := testHub(t, m.cc)
+	defer h.close(context.Background())
 	defer m.keepOpen(h).leave()
 
 	m.move(m.src, m.dst, nil) // the ClusterClient's map is stale for up to 10 s
@@ -167,8 +167,8 @@ func TestHubDropsASubscriptionNeverConfirmed(t *testing.T) {
 	a.leave()
 	m.owner(m.dst)
 	waitAsWaitForDoes(b, 3*time.Second)
-	if n1, n2 := m.subscribers(); !b.subscribed() || n1 != 0 || n2 != 1 {
-		t.Fatalf("subscribed()=%v, subscribers on the old owner %d, on the new %d; want true, 0, 1", b.subscribed(), n1, n2)
+	if n1, n2 := m.subscribers(); !b.subscribed(context.Background()) || n1 != 0 || n2 != 1 {
+		t.Fatalf("subscribed()=%v, subscribers on the old owner %d, on the new %d; want true, 0, 1", b.subscribed(context.Background()), n1, n2)
 	}
 }
 
@@ -176,8 +176,8 @@ func TestHubDropsASubscriptionNeverConfirmed(t *testing.T) {
 // forgotten, not kept in h.chans for good.
 func TestHubForgetsAnIdleChannelWhoseSlotMoved(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(newGoRedis(m.cc))
-	defer h.close()
+	h := testHub(t, m.cc)
+	defer h.close(context.Background())
 	defer m.keepOpen(h).leave()
 	a := h.join(movingChannel, "a", make(chan struct{}, 1))
 	if !a.subscribe(context.Background()) {
@@ -199,8 +199,8 @@ func TestHubForgetsAnIdleChannelWhoseSlotMoved(t *testing.T) {
 // owner changed and subscribes through the new one.
 func TestHubResubscribesWhenTheSlotsOwnerChanged(t *testing.T) {
 	m := newSlotMove(t)
-	h := newHub(newGoRedis(m.cc))
-	defer h.close()
+	h := testHub(t, m.cc)
+	defer h.close(context.Background())
 	defer m.keepOpen(h).leave()
 	wake := make(chan struct{}, 1)
 	a := h.join(movingChannel, "a", wake)
@@ -222,8 +222,8 @@ func TestHubResubscribesWhenTheSlotsOwnerChanged(t *testing.T) {
 	})
 	m.owner(m.dst)
 	waitAsWaitForDoes(a, 3*time.Second)
-	if n1, n2 := m.subscribers(); !a.subscribed() || n2 != 1 {
-		t.Fatalf("subscribed()=%v, subscribers on the old owner %d, on the new %d; want true, _, 1", a.subscribed(), n1, n2)
+	if n1, n2 := m.subscribers(); !a.subscribed(context.Background()) || n2 != 1 {
+		t.Fatalf("subscribed()=%v, subscribers on the old owner %d, on the new %d; want true, _, 1", a.subscribed(context.Background()), n1, n2)
 	}
 	m.dst.SPublish(context.Background(), movingChannel, "a")
 	select {

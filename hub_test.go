@@ -23,8 +23,8 @@ import (
 func TestHubSubscribeAfterDropIdleReachesRedisLast(t *testing.T) {
 	srv := servertest.Redis(t)
 	rdb := srv.Client(t)
-	h := newHub(newGoRedis(rdb))
-	defer h.close()
+	h := testHub(t, rdb)
+	defer h.close(context.Background())
 	ctx := context.Background()
 
 	// A second channel keeps the connection open, so dropIdle's release is
@@ -64,7 +64,7 @@ func TestHubSubscribeAfterDropIdleReachesRedisLast(t *testing.T) {
 		wg.Wait()
 		time.Sleep(5 * time.Millisecond) // let both commands reach Redis
 
-		believed := b.subscribed()
+		believed := b.subscribed(context.Background())
 		n, err := rdb.PubSubNumSub(ctx, channel).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestHubSubscribeAfterDropIdleReachesRedisLast(t *testing.T) {
 			case <-time.After(300 * time.Millisecond):
 				b2 := h.join(channel, "c", make(chan struct{}, 1))
 				t.Fatalf("iteration %d: the hub believes %s subscribed (a new waiter's subscribed()=%v, so it will not subscribe again), "+
-					"Redis has 0 subscribers, and a wake-up published for %s was lost", i, channel, b2.subscribed(), owner)
+					"Redis has 0 subscribers, and a wake-up published for %s was lost", i, channel, b2.subscribed(context.Background()), owner)
 			}
 		}
 		b.leave()
@@ -103,8 +103,8 @@ func TestHubClosesSubscriptionsWithoutItsLock(t *testing.T) {
 	p := servertest.StartProxy(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := newHub(newGoRedis(rdb))
-	defer h.close()
+	h := testHub(t, rdb)
+	defer h.close(context.Background())
 	ctx := context.Background()
 
 	w := h.join("redlease:{a}:wake:x", "a", make(chan struct{}, 1))
@@ -139,13 +139,13 @@ func TestHubClosesSubscriptionsWithoutItsLock(t *testing.T) {
 // and the acquire call tried once more on a dead context.)
 func TestHubSleepReturnsAnEndThatCameFirst(t *testing.T) {
 	_, rdb := servertest.Mini(t)
-	h := newHub(newGoRedis(rdb))
+	h := testHub(t, rdb)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errors.New("gone"))
 	for range 200 {
 		require.EqualError(t, h.sleep(ctx, nil, 0), "gone")
 	}
-	h.close()
+	h.close(context.Background())
 	for range 200 {
 		require.ErrorIs(t, h.sleep(context.Background(), nil, 0), ErrClientClosed)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Lease is a lease held on one resource. Its methods are safe for concurrent
@@ -14,7 +15,7 @@ type Lease struct {
 	c        *Client
 	cfg      *config // shared; never modified
 	resource string
-	keys     resourceKeys
+	keys     wire.Keys
 	owner    string
 	fence    int64        // set before the lease is handed out; then read-only
 	shared   *sharedLease // nil for an exclusive lease
@@ -135,8 +136,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	// a lease whose holder has been told it is lost.
 	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(l.c.clk.Now()))
 	defer cancel()
-	r := l.c.b.eval(rctx, l.refreshCall())
-	events, err := l.renewed(sent, r.n == 1, r.err)
+	renewed, err := wire.Done(l.c.conn.Run(rctx, l.refreshCall()))
+	events, err := l.renewed(sent, renewed, err)
 	for _, p := range events {
 		p.emit(ctx)
 	}
@@ -201,8 +202,8 @@ func (l *Lease) release(ctx context.Context) (pending, error) {
 	defer cancel()
 	// The acquire script took the owner out of the queue when it granted the
 	// lease: a holder is never queued.
-	r := l.c.b.eval(rctx, l.releaseCall(&noMember))
-	return l.endRelease(start, r.n == 1, r.err)
+	deleted, err := wire.Done(l.c.conn.Run(rctx, l.releaseCall("")))
+	return l.endRelease(start, deleted, err)
 }
 
 // beginRelease ends the lease locally for a Release (l.relMu held). It
@@ -232,7 +233,7 @@ func (l *Lease) beginRelease() bool {
 // Model: model/redlease.pml, proctype Client, label releasing.
 func (l *Lease) endRelease(start time.Time, deleted bool, err error) (pending, error) {
 	if err != nil {
-		err = requestError("release", l.resource, l.c.b.classify(err), err)
+		err = requestError("release", l.resource, l.c.conn.Classify(err), err)
 	} else {
 		l.relDone = true
 		if !deleted {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"log/slog"
 	"regexp"
 	"strings"
@@ -679,7 +680,7 @@ func TestHugeResourceNamesAreCutInMessages(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.Less(t, len(err.Error()), 512, "the error is bounded")
 	require.Contains(t, err.Error(), "(1048576 bytes)")
-	mr.Del(key(DefaultPrefix, huge, kindLease))
+	mr.Del(wire.Key(DefaultPrefix, huge, wire.KindLease))
 	err = l.Release(ctx)
 	require.ErrorIs(t, err, ErrLeaseLost)
 	require.Less(t, len(err.Error()), 512)

@@ -231,7 +231,7 @@ func (l *Lease) renewed(sent time.Time, ok bool, err error) (events [2]pending, 
 	case l.state != stateActive:
 		return events, l.errorLocked()
 	case err != nil:
-		return events, requestError("renew", l.resource, l.c.b.classify(err), err)
+		return events, requestError("renew", l.resource, l.c.conn.Classify(err), err)
 	case !ok:
 		events[1] = l.endLocked(stateLost, errorf("%w: %s expired or was taken by another owner", ErrLeaseLost, quote(l.resource)))
 		return events, l.errorLocked()

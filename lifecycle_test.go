@@ -379,10 +379,3 @@ func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
 	require.WithinDuration(t, time.Now().Add(l.cfg.interval()), l.renewAt, time.Second)
 }
 
-// A resource's keys are cut from one allocation: the size keys reserves
-// is not too small.
-func TestKeysAreOneAllocation(t *testing.T) {
-	for _, prefix := range []string{"", "redlease:", "a-much-longer-prefix:"} {
-		require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = keys(prefix, "billing:42") }), prefix)
-	}
-}

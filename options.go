@@ -2,12 +2,13 @@ package redlease
 
 import (
 	"os"
-
-	"github.com/redlease/redlease/internal/clock"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Defaults of the options below.
@@ -46,7 +47,7 @@ type config struct {
 	holder         string
 	uncombined     bool        // WithCombinedRequests(false); only New's options set it
 	clk            clock.Clock // the Client's; only New's options set it
-	ttlArg         any         // ttl in ms, boxed once for the scripts; set by validate
+	ttlArg         string      // ttl in ms, as the scripts take it; set by validate
 }
 
 func defaultConfig() config {
@@ -230,7 +231,7 @@ func (c *config) interval() time.Duration {
 }
 
 func (c *config) validate() error {
-	c.ttlArg = c.ttl.Milliseconds()
+	c.ttlArg = wire.Millis(c.ttl.Milliseconds())
 	switch {
 	case strings.ContainsAny(c.prefix, "{}"):
 		// The braces around the resource name must be the keys' hash tag.

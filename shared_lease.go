@@ -2,8 +2,9 @@ package redlease
 
 import (
 	"context"
-	_ "embed"
 	"strconv"
+
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Shared leases: a semaphore (N holders, each with a numbered permit) and
@@ -22,20 +23,14 @@ const (
 	kindWrite                      // AcquireWrite: the write side
 )
 
-// sharedKeys are the keys of a resource's shared leases (see keys.go).
-type sharedKeys struct {
-	permits, holders                                string // a semaphore
-	writer, readers, readinfo, readq, wrel, readrel string // read/write leases
-}
-
 // sharedLease is what a shared lease has beyond an exclusive one: kept
 // apart so that the many exclusive leases a process may hold stay small.
 type sharedLease struct {
 	kind      leaseKind
-	keys      *sharedKeys
-	permit    int // kindPermit: which permit
-	permits   int // kindPermit: of how many
-	permitArg any // permit, boxed once for the scripts
+	keys      *wire.SharedKeys
+	permit    int    // kindPermit: which permit
+	permits   int    // kindPermit: of how many
+	permitArg string // permit, as the scripts take it
 }
 
 // kind returns the lease's kind.
@@ -44,13 +39,6 @@ func (l *Lease) kind() leaseKind {
 		return kindExclusive
 	}
 	return l.shared.kind
-}
-
-func newSharedKeys(prefix, resource string) *sharedKeys {
-	k := func(kind string) string { return key(prefix, resource, kind) }
-	return &sharedKeys{permits: k(kindPermits), holders: k(kindHolders),
-		writer: k(kindWriter), readers: k(kindReaders), readinfo: k(kindReadInfo), readq: k(kindReadQueue),
-		wrel: k(kindWriteReleased), readrel: k(kindReadReleased)}
 }
 
 // AcquireSemaphore takes one of the permits permits of resource, waiting as
@@ -156,121 +144,55 @@ func (c *Client) acquireShared(ctx context.Context, resource string, kind leaseK
 }
 
 // sharedCall is the acquire call of a shared lease.
-func (a *acquisition) sharedCall(timeout any) call {
+func (a *acquisition) sharedCall() wire.Call {
 	k, sk := &a.names[0], a.sk
 	switch a.kind {
 	case kindPermit:
-		return call{s: semaphoreScript, words: []any{nil, nil, 5, &sk.permits, &sk.holders, &k.fence, &k.queue, &k.alive,
-			&a.owner, a.cfg.ttlArg, timeout, flag(a.cfg.fair), flag(a.queued), &a.member, &a.cfg.holder, a.permits,
-			&k.wake, flag(a.c.b.sharded())}, kind: arrayReply}
+		return wire.Semaphore(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.holder,
+			a.permits, a.c.conn.Sharded())
 	case kindRead:
-		return call{s: readScript, words: []any{nil, nil, 7, &sk.writer, &sk.readers, &sk.readinfo, &k.fence, &k.queue,
-			&k.alive, &sk.readq, &a.owner, a.cfg.ttlArg, timeout, &a.member, &a.cfg.holder}, kind: arrayReply}
+		return wire.Read(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.holder)
 	}
-	return call{s: writeScript, words: []any{nil, nil, 5, &sk.writer, &sk.readers, &k.fence, &k.queue, &k.alive,
-		&a.owner, a.cfg.ttlArg, timeout, flag(a.cfg.fair), flag(a.queued), &a.member, &a.cfg.holder}, kind: mixedReply}
-}
-
-// decodeShared reads the reply of semaphore.lua or rw_read.lua: the lease's
-// fence (and a.permit), or a *BusyError.
-func (a *acquisition) decodeShared(r reply) ([]int64, error) {
-	v := r.vals
-	x, ok := int64s(v[:min(len(v), 3)])
-	switch {
-	case !ok:
-	case len(v) == 2 && x[0] == -1:
-		return nil, errorf("%w: %w: %s is in use with %d permits, not %d", ErrNotAcquired, ErrInvalidArgument,
-			quote(a.resources[0]), x[1], a.permits)
-	case a.kind == kindPermit && len(v) == 3 && x[0] == 1:
-		a.permit, a.fence[0] = int(x[1]), x[2]
-		return a.fence[:], nil
-	case a.kind == kindRead && len(v) == 2 && x[0] == 1:
-		a.fence[0] = x[1]
-		return a.fence[:], nil
-	case len(v) == 4 && x[0] == 0:
-		holder, _ := v[3].(string)
-		busy := a.busy(0, x[1], x[2] == 1, holder)
-		switch {
-		case a.kind == kindPermit:
-			busy.why = busyPermits
-		case x[1] == 0: // a reader behind a waiting writer
-			busy.why = busyWriter
-		}
-		return nil, busy
-	}
-	return nil, errorf("acquire script replied %v", v)
+	return wire.Write(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.holder)
 }
 
 // refreshCall is the lease's compare-and-renew call.
-func (l *Lease) refreshCall() call {
+func (l *Lease) refreshCall() wire.Call {
 	if l.shared == nil {
-		return refreshCall(&l.keys.lease, &l.owner, l.cfg.ttlArg)
+		return wire.Refresh(l.keys.Lease, l.owner, l.cfg.ttlArg)
 	}
 	sk := l.shared.keys
 	switch l.shared.kind {
 	case kindPermit:
-		return call{s: semaphoreRefreshScript, words: []any{nil, nil, 2, &sk.permits, &sk.holders,
-			&l.owner, l.shared.permitArg, l.cfg.ttlArg}, kind: intReply}
+		return wire.SemaphoreRefresh(sk, l.owner, l.shared.permitArg, l.cfg.ttlArg)
 	case kindRead:
-		return call{s: readRefreshScript, words: []any{nil, nil, 2, &sk.readers, &sk.readinfo,
-			&l.owner, l.cfg.ttlArg}, kind: intReply}
+		return wire.ReadRefresh(sk, l.owner, l.cfg.ttlArg)
 	}
-	return refreshCall(&sk.writer, &l.owner, l.cfg.ttlArg) // kindWrite: refresh.lua on the writer key
+	return wire.Refresh(sk.Writer, l.owner, l.cfg.ttlArg) // kindWrite: refresh.lua on the writer key
 }
 
-// releaseCall is the compare-and-release call of a lease of kind, on keys
+// releaseCallOf is the compare-and-release call of a lease of kind, on keys
 // k and sk, for owner: member is its queue member if it may be waiting
-// (&noMember if not), permit its permit ("" if unknown).
-func releaseCallOf(kind leaseKind, k *resourceKeys, sk *sharedKeys, owner, member *string, permit any, sharded bool) call {
+// ("" if not), permit its permit ("" if unknown).
+func releaseCallOf(kind leaseKind, k *wire.Keys, sk *wire.SharedKeys, owner, member, permit string, sharded bool) wire.Call {
 	switch kind {
 	case kindPermit:
-		return call{s: semaphoreReleaseScript, words: []any{nil, nil, 4, &sk.permits, &sk.holders, &k.queue, &k.alive,
-			owner, permit, &k.wake, flag(sharded), member}, kind: intReply}
+		return wire.SemaphoreRelease(k, sk, owner, permit, member, sharded)
 	case kindRead:
-		return call{s: readReleaseScript, words: []any{nil, nil, 6, &sk.readers, &k.queue, &k.alive, &sk.readq, &sk.readrel,
-			&sk.readinfo, owner, &k.wake, flag(sharded), member}, kind: intReply}
+		return wire.ReadRelease(k, sk, owner, member, sharded)
 	case kindWrite:
-		return call{s: writeReleaseScript, words: []any{nil, nil, 5, &sk.writer, &k.queue, &k.alive, &sk.wrel, &sk.readq,
-			owner, &k.wake, flag(sharded), member}, kind: intReply}
+		return wire.WriteRelease(k, sk, owner, member, sharded)
 	}
-	return releaseCall(k, owner, member, sharded)
+	return wire.Release(k, owner, member, sharded)
 }
 
 // releaseCall is the lease's release call.
-func (l *Lease) releaseCall(member *string) call {
+func (l *Lease) releaseCall(member string) wire.Call {
 	if l.shared == nil {
-		return releaseCall(&l.keys, &l.owner, member, l.c.b.sharded())
+		return wire.Release(&l.keys, l.owner, member, l.c.conn.Sharded())
 	}
-	return releaseCallOf(l.shared.kind, &l.keys, l.shared.keys, &l.owner, member, l.shared.permitArg, l.c.b.sharded())
+	return releaseCallOf(l.shared.kind, &l.keys, l.shared.keys, l.owner, member, l.shared.permitArg, l.c.conn.Sharded())
 }
 
 // permitText is a permit's script argument.
-func permitText(p int) any { return strconv.Itoa(p) }
-
-var (
-	//go:embed lua/semaphore.lua
-	semaphoreSrc    string
-	semaphoreScript = newScript(withQueue(semaphoreSrc))
-	//go:embed lua/semaphore_refresh.lua
-	semaphoreRefreshSrc    string
-	semaphoreRefreshScript = newScript(withQueue(semaphoreRefreshSrc))
-	//go:embed lua/semaphore_release.lua
-	semaphoreReleaseSrc    string
-	semaphoreReleaseScript = newScript(withQueue(semaphoreReleaseSrc))
-
-	//go:embed lua/rw_read.lua
-	readSrc    string
-	readScript = newScript(withQueue(readSrc))
-	//go:embed lua/rw_read_refresh.lua
-	readRefreshSrc    string
-	readRefreshScript = newScript(withQueue(readRefreshSrc))
-	//go:embed lua/rw_read_release.lua
-	readReleaseSrc    string
-	readReleaseScript = newScript(withQueue(readReleaseSrc))
-	//go:embed lua/rw_write.lua
-	writeSrc    string
-	writeScript = newScript(withQueue(writeSrc))
-	//go:embed lua/rw_write_release.lua
-	writeReleaseSrc    string
-	writeReleaseScript = newScript(withQueue(writeReleaseSrc))
-)
+func permitText(p int) string { return strconv.Itoa(p) }

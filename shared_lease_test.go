@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,8 +270,8 @@ func TestSharedLeasesLostAndBadInput(t *testing.T) {
 	require.NoError(t, err)
 	r, err := c.TryAcquireRead(ctx, "rw")
 	require.NoError(t, err)
-	mr.Del(key(DefaultPrefix, "s", kindPermits))
-	mr.Del(key(DefaultPrefix, "rw", kindReaders))
+	mr.Del(wire.Key(DefaultPrefix, "s", wire.KindPermits))
+	mr.Del(wire.Key(DefaultPrefix, "rw", wire.KindReaders))
 	require.ErrorIs(t, p.Refresh(ctx), ErrLeaseLost)
 	require.ErrorIs(t, r.Refresh(ctx), ErrLeaseLost)
 	require.ErrorIs(t, context.Cause(p.Context()), ErrLeaseLost)
@@ -450,8 +451,8 @@ func TestIntegrationReleasedReadersLeaveReadInfo(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, r.Release(ctx))
 	}
-	readers := key(DefaultPrefix, "doc", kindReaders)
-	readinfo := key(DefaultPrefix, "doc", kindReadInfo)
+	readers := wire.Key(DefaultPrefix, "doc", wire.KindReaders)
+	readinfo := wire.Key(DefaultPrefix, "doc", wire.KindReadInfo)
 	require.Equal(t, int64(1), rdb.ZCard(ctx, readers).Val())
 	require.Equal(t, []string{long.Owner()}, rdb.HKeys(ctx, readinfo).Val(), "only the reader still inside")
 	require.NoError(t, long.Release(ctx))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redlease/redlease/driver"
 )
 
 // An Acquire that finds a lease busy waits (see hub.go for how the waiters
@@ -93,10 +95,10 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 		if w.waiters == nil {
 			w.wake = make(chan struct{}, 1)
 			for i := range a.resources {
-				w.waiters = append(w.waiters, a.c.hub.join(a.names[i].wakeChannel(a.c.hub.id), a.owner, w.wake))
+				w.waiters = append(w.waiters, a.c.hub.join(a.names[i].WakeChannel(a.c.hub.id), a.owner, w.wake))
 			}
 		}
-		if wt := w.waiters[busy.index]; !wt.subscribed() && wt.subscribe(ctx) {
+		if wt := w.waiters[busy.index]; !wt.subscribed(ctx) && wt.subscribe(ctx) {
 			return -1, false // the lease may have been freed before the subscription
 		}
 		delay = w.poll.next()
@@ -106,7 +108,7 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 		return delay, false
 	}
 	switch class := a.classify(err); {
-	case class == refused, errors.Is(err, ErrInvalidArgument):
+	case class == driver.Refused, errors.Is(err, ErrInvalidArgument):
 		// Redis answered; a refused request is final, and so is a semaphore
 		// in use with another number of permits.
 		a.answered(ctx, w)
@@ -116,7 +118,7 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 		// back, or too few replicas acknowledged it.
 		a.answered(ctx, w)
 		w.failed = err
-	case class == notSent:
+	case class == driver.NotSent:
 		a.unreachable(ctx, w, err)
 		w.failed = err
 	case ctx.Err() != nil:
@@ -156,79 +158,44 @@ func (a *acquisition) answered(ctx context.Context, w *waitState) {
 // waiter is one Acquire call's registration with the hub for one resource.
 type waiter struct {
 	h       *hub
+	ch      *wakeChannel // stays the hub's while the waiter is registered
 	channel string
 	owner   string
 }
 
-// join registers owner as a waiter on channel: a message naming owner is
-// signalled on wake. It does no I/O: messages arrive once the channel is
-// subscribed (see subscribe).
-func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := h.chans[channel]
-	if ch == nil {
-		ch = &wakeChannel{waiters: map[string]chan struct{}{}}
-		h.chans[channel] = ch
-	}
-	if ch.idle != nil {
-		ch.idle.Stop()
-		ch.idle = nil
-	}
-	ch.waiters[owner] = wake
-	for i, m := range ch.missed {
-		if m == owner {
-			ch.missed[i] = ""
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-	return &waiter{h: h, channel: channel, owner: owner}
-}
-
 // leave unregisters the waiter. The channel stays subscribed for linger.
 func (w *waiter) leave() {
-	h := w.h
+	h, ch := w.h, w.ch
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch := h.chans[w.channel]
 	delete(ch.waiters, w.owner)
-	if len(ch.waiters) > 0 {
-		return
+	switch {
+	case len(ch.waiters) > 0:
+	case ch.sub == nil || isClosed(h.closed):
+		h.forgetLocked(w.channel, ch) // a subscribe on its way sets the timer when it lands
+	case ch.idle == nil:
+		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(w.channel, ch) })
 	}
-	if ch.sub == nil {
-		h.forgetLocked(w.channel, ch)
-		return
-	}
-	ch.idle = time.AfterFunc(linger, func() { h.dropIdle(w.channel, ch) })
 }
 
 // subscribed reports whether Redis confirmed the subscription of the
-// waiter's channel, through the node that serves it now. A waiter that finds
-// it is not calls subscribe, which also drops a subscription that stays
-// unconfirmed; and on Cluster it drops one through a node that no longer
-// serves the channel's slot: after a failover, or a migration whose
-// sunsubscribe was lost with its connection, the client keeps subscribing
-// through the old node's address, and no message would come.
-func (w *waiter) subscribed() bool {
+// waiter's channel and it still receives the channel's messages. A waiter
+// that finds it is not calls subscribe, which also drops a subscription that
+// stays unconfirmed; a subscription that has ended (on Cluster: the
+// channel's slot moved, or its node is no longer the slot's master) is
+// dropped here.
+func (w *waiter) subscribed(ctx context.Context) bool {
 	h := w.h
-	var addr string
-	if n, err := h.b.nodeOf(context.Background(), w.channel); err == nil {
-		addr = n.addr
-	}
 	h.mu.Lock()
-	ch := h.chans[w.channel]
+	s := w.ch.sub
+	h.mu.Unlock()
 	switch {
-	case ch.sub == nil || !isClosed(ch.ready):
-		h.mu.Unlock()
+	case s == nil || !isClosed(s.Ready()):
 		return false
-	case addr != "" && ch.sub.addr != addr:
-		h.unsubscribeLocked(w.channel, ch)
+	case isClosed(s.Done()): // outside h.mu: the driver may look at the cluster's slots
+		h.drop(ctx, w.channel, w.ch, s)
 		return false
 	}
-	h.mu.Unlock()
 	return true
 }
 
@@ -238,51 +205,46 @@ func (w *waiter) subscribed() bool {
 // timers still run.
 func (w *waiter) subscribe(ctx context.Context) bool {
 	h := w.h
-	// On Cluster, find the channel's node before taking h.mu: it may have
-	// to load the cluster's slots, and deliveries must not wait for that.
-	n, err := h.b.nodeOf(ctx, w.channel)
-	if err != nil {
-		return false
-	}
-	h.mu.Lock()
-	ch := h.chans[w.channel]
-	if sub := ch.sub; sub != nil { // subscribed, or being subscribed
-		ready := ch.ready
-		h.mu.Unlock()
-		if waitReady(ctx, ready) {
-			return true
+	for range 2 { // once more after an unsubscribe on its way
+		subscribing, dropping := h.startSubscribe(w.channel, w.ch)
+		if dropping != nil {
+			if isClosed(h.closed) || !waitReady(ctx, dropping) {
+				return false
+			}
+			continue
 		}
-		if ctx.Err() == nil {
-			h.abandon(w.channel, ch, sub, ready)
-		}
-		return false
-	}
-	if dropping := ch.dropping; dropping != nil {
-		h.mu.Unlock()
-		if !waitReady(ctx, dropping) {
+		if subscribing != nil && !waitReady(ctx, subscribing) {
 			return false
 		}
-		return w.subscribe(ctx) // once: dropIdle is done with the channel
+		break
 	}
-	select {
-	case <-h.closed:
-		h.mu.Unlock()
-		return false
-	default:
-	}
-	ch.ready = make(chan struct{})
-	ready := ch.ready
-	sub := h.subscriptionLocked(ctx, n)
-	ch.sub = sub
-	sub.count++
+	h.mu.Lock()
+	s := w.ch.sub
 	h.mu.Unlock()
-
-	// Sent outside h.mu: the connection may be slow.
-	if err = sub.conn.add(ctx, w.channel); err == nil && waitReady(ctx, ready) {
+	if s == nil {
+		return false
+	}
+	if waitReady(ctx, s.Ready()) {
 		return true
 	}
-	if err != nil || ctx.Err() == nil {
-		h.abandon(w.channel, ch, sub, ready)
+	if ctx.Err() == nil {
+		// Not confirmed in time (on Cluster the slot may have moved, and the
+		// node answered MOVED): drop it, so that a later attempt subscribes
+		// again instead of waiting for a confirmation that will not come.
+		h.drop(ctx, w.channel, w.ch, s)
+	}
+	return false
+}
+
+// waitReady waits up to subscribeWait for c to close, or until ctx ends.
+func waitReady(ctx context.Context, c <-chan struct{}) bool {
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-c:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
 	}
 	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"slices"
 	"strings"
 	"sync"
@@ -200,8 +201,8 @@ func TestWaitersArrivingInOneMillisecondKeepTheirOrder(t *testing.T) {
 	c := New(rdb)
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
-	k := keys(DefaultPrefix, "r")
-	require.NoError(t, rdb.ScriptLoad(ctx, acquireScript.src.(string)).Err())
+	k := wire.KeysOf(DefaultPrefix, "r")
+	require.NoError(t, rdb.ScriptLoad(ctx, wire.Named("acquire.lua").Source()).Err())
 	for round := range 20 {
 		// Members in reverse lexical order, sent back to back in one pipeline:
 		// the scripts run within microseconds of each other.
@@ -209,7 +210,7 @@ func TestWaitersArrivingInOneMillisecondKeepTheirOrder(t *testing.T) {
 		pipe := rdb.Pipeline()
 		for _, m := range members {
 			owner := m[:len(m)-2]
-			pipe.EvalSha(ctx, acquireScript.hash.(string), []string{k.lease, k.fence, k.queue, k.alive}, owner, 10000, "60000", m)
+			pipe.EvalSha(ctx, wire.Named("acquire.lua").Hash(), []string{k.Lease, k.Fence, k.Queue, k.Alive}, owner, 10000, "60000", m)
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(t, err)

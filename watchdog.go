@@ -6,7 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // The watchdog renews the auto-renewed leases of one Client. One goroutine
@@ -27,8 +29,8 @@ import (
 // Lease.renewed (lifecycle.go) turns the reply into a longer deadline or a
 // loss.
 type watchdog struct {
-	b   backend
-	clk clock.Clock
+	conn *wire.Conn
+	clk  clock.Clock
 
 	mu         sync.Mutex
 	queue      renewQueue
@@ -43,8 +45,6 @@ type watchdog struct {
 }
 
 const (
-	// maxBatch bounds the commands in one pipeline.
-	maxBatch = 1000
 	// maxInflight bounds the batches in flight at once, so that a slow or
 	// unreachable node delays, but does not stop, the renewal of the others.
 	maxInflight = 4
@@ -153,7 +153,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		*idleSince = time.Time{}
 		// Everything due within a tenth of its interval goes now, so
 		// leases taken at nearly the same time share a pipeline.
-		for len(w.queue) > 0 && len(batch) < maxBatch {
+		for len(w.queue) > 0 && len(batch) < driver.MaxBatch {
 			next := w.queue[0]
 			if next.renewAt.Sub(now) > next.cfg.interval()/10 {
 				break
@@ -264,9 +264,9 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []er
 	// sooner.
 	ctx, cancel := context.WithTimeout(context.Background(), first.Sub(w.clk.Now())) // first is on w.clk
 	defer cancel()
-	calls := func(i int) call { return leases[i].refreshCall() }
-	for i, r := range w.b.evalAll(ctx, len(leases), calls) {
-		oks[i], errs[i] = r.n == 1 && r.err == nil, r.err
+	calls := func(i int) wire.Call { return leases[i].refreshCall() }
+	for i, r := range w.conn.RunMany(ctx, len(leases), calls) {
+		oks[i], errs[i] = wire.Done(r)
 	}
 	return oks, errs
 }

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -10,7 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/shared"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // The fenced scripts: a body, then lua/check.lua, which runs it.
@@ -21,10 +25,34 @@ var (
 	setSrc string
 	//go:embed lua/del.lua
 	delSrc string
+	//go:embed lua/forget.lua
+	forgetSrc string
 
-	fencedSet = NewScript(setSrc)
-	fencedDel = NewScript(delSrc)
+	fencedSet    = NewScript(setSrc)
+	fencedDel    = NewScript(delSrc)
+	forgetScript = wire.NewScript(forgetSrc)
 )
+
+// conn returns the Conn of a go-redis client, or the error of every call on
+// it: a nil client, a *redis.Ring.
+func conn(rdb redis.UniversalClient) (*wire.Conn, error) {
+	if shared.IsNil(rdb) {
+		return nil, invalidf("nil Redis client")
+	}
+	d, err := goredis.New(rdb, false)
+	if err != nil {
+		return nil, invalidf("%w", err)
+	}
+	return wire.NewConn(d), nil
+}
+
+// connOn returns the Conn of a driver, or the error of every call on it.
+func connOn(d driver.Driver) (*wire.Conn, error) {
+	if shared.IsNil(d) {
+		return nil, invalidf("nil driver")
+	}
+	return wire.NewConn(d), nil
+}
 
 // fenceRecords returns what starts the key of every fence record for a key
 // prefix (WithPrefix): "<prefix>fenced:". A prefix with a '{' is refused: the
@@ -100,7 +128,7 @@ func hashTag(k string) (string, bool) {
 // Script and a RedisGuard with one prefix (WithPrefix; default
 // redlease.DefaultPrefix) share a key's record.
 type Script struct {
-	s       *redis.Script
+	s       *wire.Script
 	records string // the start of the fence records' keys: <prefix>fenced:
 	err     error  // of the options; returned by Run
 }
@@ -111,7 +139,7 @@ type Script struct {
 // redlease.ErrInvalidArgument.
 func NewScript(body string, opts ...Option) *Script {
 	records, err := fenceRecords(newConfig(opts).prefix)
-	return &Script{s: redis.NewScript("local function body(KEYS, ARGV, FENCE, OWNER)\n" + body + "\nend\n" + checkSrc),
+	return &Script{s: wire.NewScript("local function body(KEYS, ARGV, FENCE, OWNER)\n" + body + "\nend\n" + checkSrc),
 		records: records, err: err}
 }
 
@@ -128,54 +156,89 @@ func NewScript(body string, opts ...Option) *Script {
 // run, or the Redis error.
 func (s *Script) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, fence int64, owner string, args ...any) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
-	if s == nil {
-		cmd.SetErr(invalidf("nil Script"))
-		return cmd
-	}
-	v, err := s.run(ctx, rdb, s.records, keys, fence, owner, args)
-	if err != nil {
+	v, err := s.run(ctx, rdb, nil, keys, fence, owner, args)
+	switch {
+	case err != nil:
 		cmd.SetErr(err)
-	} else {
+	case v == nil:
+		cmd.SetErr(redis.Nil)
+	default:
 		cmd.SetVal(v)
 	}
 	return cmd
 }
 
-// run is Run with the fence records' keys starting with records.
-func (s *Script) run(ctx context.Context, rdb redis.UniversalClient, records string, keys []string,
+// RunWithDriver is Run on any client's driver (the modules rueidislease and
+// valkeylease have one for rueidis and valkey-go). It returns the body's
+// reply as driver.Reply's Value is, nil for nil, and Run's errors.
+func (s *Script) RunWithDriver(ctx context.Context, d driver.Driver, keys []string, fence int64, owner string, args ...any) (any, error) {
+	return s.run(ctx, nil, d, keys, fence, owner, args)
+}
+
+// run is Run and RunWithDriver, on rdb or d.
+func (s *Script) run(ctx context.Context, rdb redis.UniversalClient, d driver.Driver, keys []string,
 	fence int64, owner string, args []any) (any, error) {
-	switch {
-	case s.err != nil:
+	if s == nil {
+		return nil, invalidf("nil Script")
+	}
+	if s.err != nil {
 		return nil, s.err
-	case shared.IsNil(rdb):
-		return nil, invalidf("nil Redis client")
-	case len(keys) == 0:
+	}
+	var c *wire.Conn
+	var err error
+	if d != nil || rdb == nil {
+		c, err = connOn(d)
+	} else {
+		c, err = conn(rdb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.runOn(ctx, c, s.records, keys, fence, owner, args)
+}
+
+// runOn runs the script on c with the fence records' keys starting with
+// records.
+func (s *Script) runOn(ctx context.Context, c *wire.Conn, records string, keys []string,
+	fence int64, owner string, args []any) (any, error) {
+	if len(keys) == 0 {
 		return nil, invalidf("a fenced script needs its data key as keys[0]")
 	}
 	record, err := fenceRecordKey(records, keys[0])
 	if err != nil {
 		return nil, err
 	}
-	return runFenced(ctx, rdb, s.s, keys[0], record, keys, fence, owner, args)
+	return runFenced(ctx, c, s.s, keys[0], record, keys, fence, owner, args)
 }
 
 // runFenced runs a fenced script and maps its reply. record is the fence
 // record's key; resource names what is protected in a refusal.
-func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resource, record string,
+func runFenced(ctx context.Context, c *wire.Conn, s *wire.Script, resource, record string,
 	keys []string, fence int64, owner string, args []any) (any, error) {
 	if err := checkLuaToken(fence, owner); err != nil {
 		return nil, err
 	}
-	res, err := s.Run(ctx, rdb, append([]string{record}, keys...), append([]any{fence, owner}, args...)...).Slice()
-	if err != nil {
-		return nil, requestError(resource, err)
+	words := make([]string, 0, 1+len(keys)+2+len(args))
+	words = append(append(words, record), keys...)
+	words = append(words, strconv.FormatInt(fence, 10), owner)
+	for _, a := range args {
+		w, err := arg(a)
+		if err != nil {
+			return nil, err
+		}
+		words = append(words, w)
 	}
+	r := c.Run(ctx, wire.Call{Script: s, Keys: words[:1+len(keys)], Args: words[1+len(keys):]})
+	if r.Err != nil {
+		return nil, requestError(c, resource, r.Err)
+	}
+	res, _ := r.Value.([]any)
 	if len(res) == 0 {
-		return nil, shared.Errorf("fenced write to %s: empty reply", quote(resource))
+		return nil, shared.Errorf("fenced write to %s: unexpected reply %v", quote(resource), r.Value)
 	}
 	if ok, _ := res[0].(int64); ok == 1 {
-		if len(res) < 2 || res[1] == nil {
-			return nil, redis.Nil
+		if len(res) < 2 {
+			return nil, nil
 		}
 		return res[1], nil
 	}
@@ -211,10 +274,10 @@ func runFenced(ctx context.Context, rdb redis.Scripter, s *redis.Script, resourc
 // bypasses the check. For writes other than Set and Del, use a Script.
 // A RedisGuard is safe for concurrent use.
 type RedisGuard struct {
-	rdb       redis.UniversalClient
+	conn      *wire.Conn
 	observers []redlease.Observer
 	records   string // the start of the fence records' keys: <prefix>fenced:
-	err       error  // of the options; returned by every call
+	err       error  // of the client or the options; returned by every call
 }
 
 // NewRedisGuard returns a guard that writes through rdb: a plain, Sentinel
@@ -226,9 +289,21 @@ type RedisGuard struct {
 // with a '{' makes every call return an error matching
 // redlease.ErrInvalidArgument.
 func NewRedisGuard(rdb redis.UniversalClient, opts ...Option) *RedisGuard {
-	c := newConfig(opts)
-	records, err := fenceRecords(c.prefix)
-	return &RedisGuard{rdb: rdb, observers: c.observers, records: records, err: err}
+	c, err := conn(rdb)
+	return newRedisGuard(c, err, opts)
+}
+
+// NewRedisGuardWithDriver is NewRedisGuard on any client's driver (the
+// modules rueidislease and valkeylease have one for rueidis and valkey-go).
+func NewRedisGuardWithDriver(d driver.Driver, opts ...Option) *RedisGuard {
+	c, err := connOn(d)
+	return newRedisGuard(c, err, opts)
+}
+
+func newRedisGuard(c *wire.Conn, err error, opts []Option) *RedisGuard {
+	cfg := newConfig(opts)
+	records, perr := fenceRecords(cfg.prefix)
+	return &RedisGuard{conn: c, observers: cfg.observers, records: records, err: errors.Join(err, perr)}
 }
 
 // Set sets key to value, with the TTL ttl (0 for none; else a whole number of
@@ -267,7 +342,7 @@ func (g *RedisGuard) run(ctx context.Context, s *Script, key string, fence int64
 	if g.err != nil {
 		return nil, g.err
 	}
-	return s.run(ctx, g.rdb, g.records, []string{key}, fence, owner, args)
+	return s.runOn(ctx, g.conn, g.records, []string{key}, fence, owner, args)
 }
 
 // Forget removes the fence record of key, for a key that the application
@@ -282,22 +357,24 @@ func (g *RedisGuard) Forget(ctx context.Context, key string) error {
 	if g.err != nil {
 		return g.err
 	}
-	if shared.IsNil(g.rdb) {
-		return invalidf("nil Redis client")
-	}
 	record, err := fenceRecordKey(g.records, key)
 	if err != nil {
 		return err
 	}
-	if err := g.rdb.Del(ctx, record).Err(); err != nil {
-		return shared.Errorf("forget the fence record of %s: %w", quote(key), err)
+	return forget(ctx, g.conn, key, record)
+}
+
+// forget deletes the fence record of what, at record.
+func forget(ctx context.Context, c *wire.Conn, what, record string) error {
+	if r := c.Run(ctx, wire.Call{Script: forgetScript, Keys: []string{record}}); r.Err != nil {
+		return shared.Errorf("forget the fence record of %s: %w", quote(what), r.Err)
 	}
 	return nil
 }
 
 // requestError describes a fenced write whose request failed.
-func requestError(resource string, err error) error {
-	if shared.MayHaveReached(err) {
+func requestError(c *wire.Conn, resource string, err error) error {
+	if c.Classify(err) == driver.Unknown {
 		return shared.Errorf("fenced write to %s: %w: %w", quote(resource), redlease.ErrOutcomeUnknown, err)
 	}
 	return shared.Errorf("fenced write to %s: %w", quote(resource), err)

@@ -7,7 +7,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/shared"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Store is where an HTTPGuard keeps the newest fence accepted per
@@ -124,9 +126,9 @@ var admitScript = NewScript("return 1")
 // Redis: a failover or a restart without persistence can lose them, and
 // records lost let a stale holder through.
 type RedisStore struct {
-	rdb    redis.UniversalClient
+	conn   *wire.Conn
 	prefix string
-	err    error // an invalid prefix, returned by Admit
+	err    error // a nil client or an invalid prefix, returned by Admit
 }
 
 // NewRedisStore returns a store that keeps its records through rdb: a
@@ -138,8 +140,20 @@ type RedisStore struct {
 // is <prefix>{R}:accepted, and the braces must delimit R, or two prefixes
 // could share records. HTTPGuard.Wrap panics on a store made either way.
 func NewRedisStore(rdb redis.UniversalClient, opts ...Option) *RedisStore {
-	s := &RedisStore{rdb: rdb, prefix: newConfig(opts).prefix}
-	if strings.Contains(s.prefix, "{") {
+	c, err := conn(rdb)
+	return newRedisStore(c, err, opts)
+}
+
+// NewRedisStoreWithDriver is NewRedisStore on any client's driver (the
+// modules rueidislease and valkeylease have one for rueidis and valkey-go).
+func NewRedisStoreWithDriver(d driver.Driver, opts ...Option) *RedisStore {
+	c, err := connOn(d)
+	return newRedisStore(c, err, opts)
+}
+
+func newRedisStore(c *wire.Conn, err error, opts []Option) *RedisStore {
+	s := &RedisStore{conn: c, prefix: newConfig(opts).prefix, err: err}
+	if err == nil && strings.Contains(s.prefix, "{") {
 		s.err = invalidf("key prefix %q holds a '{'", s.prefix)
 	}
 	return s
@@ -153,14 +167,14 @@ func NewRedisStore(rdb redis.UniversalClient, opts ...Option) *RedisStore {
 // recorded).
 func (s *RedisStore) Admit(ctx context.Context, resource string, fence int64, owner string) (func(), error) {
 	switch {
-	case s == nil || shared.IsNil(s.rdb):
-		return nil, invalidf("nil RedisStore or Redis client")
+	case s == nil:
+		return nil, invalidf("nil RedisStore")
 	case s.err != nil:
 		return nil, s.err
 	case resource == "":
 		return nil, invalidf("empty resource name")
 	}
-	if _, err := runFenced(ctx, s.rdb, admitScript.s, resource, s.record(resource), nil, fence, owner, nil); err != nil {
+	if _, err := runFenced(ctx, s.conn, admitScript.s, resource, s.record(resource), nil, fence, owner, nil); err != nil {
 		return nil, err
 	}
 	return func() {}, nil
@@ -168,14 +182,7 @@ func (s *RedisStore) Admit(ctx context.Context, resource string, fence int64, ow
 
 // configError is the error every Admit of s returns whatever its arguments,
 // or nil: HTTPGuard.Wrap refuses such a store.
-func (s *RedisStore) configError() error {
-	switch {
-	case shared.IsNil(s.rdb):
-		return invalidf("nil Redis client")
-	default:
-		return s.err
-	}
-}
+func (s *RedisStore) configError() error { return s.err }
 
 // record is the key of resource's record.
 func (s *RedisStore) record(resource string) string { return s.prefix + "{" + resource + "}:accepted" }
@@ -184,15 +191,12 @@ func (s *RedisStore) record(resource string) string { return s.prefix + "{" + re
 // good: once it is removed, the next Admit admits any fence.
 func (s *RedisStore) Forget(ctx context.Context, resource string) error {
 	switch {
-	case s == nil || shared.IsNil(s.rdb):
-		return invalidf("nil RedisStore or Redis client")
+	case s == nil:
+		return invalidf("nil RedisStore")
 	case s.err != nil:
 		return s.err
 	case resource == "":
 		return invalidf("empty resource name")
 	}
-	if err := s.rdb.Del(ctx, s.record(resource)).Err(); err != nil {
-		return shared.Errorf("forget the fence record of %s: %w", quote(resource), err)
-	}
-	return nil
+	return forget(ctx, s.conn, resource, s.record(resource))
 }

@@ -1,41 +1,16 @@
-// Package shared holds what the packages redlease and fencing both need to
-// know: which failed requests may have reached Redis, how a resource name is
-// shown in a message, and whether an argument is a nil in disguise. It is
-// not part of the API.
+// Package shared holds what the packages of redlease all need to know: how
+// a resource name is shown in a message, how a message says "redlease:"
+// once, and whether an argument is a nil in disguise. It is not part of the
+// API.
 package shared
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// MayHaveReached reports whether a failed request may have been executed by
-// Redis: everything except a Redis error reply (the server answered) and
-// failures that happen before anything is written to the connection (a
-// refused or failed dial, a pool that gave no connection, a closed client).
-func MayHaveReached(err error) bool {
-	if IsServerError(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	return true
-}
-
-// IsServerError reports whether err is an error reply of the Redis server.
-func IsServerError(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr)
-}
 
 // MaxQuoted is the most bytes of a resource name that a message shows.
 const MaxQuoted = 128

@@ -1,4 +1,4 @@
-package redlease
+package wire
 
 //go:generate go run gen_slottags.go
 
@@ -9,8 +9,8 @@ import "strings"
 // Every key of resource R is <prefix>{R}:<kind>. The braces make R the
 // keys' Redis Cluster hash tag, so all of them share R's slot and one script
 // may use them all; that is why the prefix may not hold a brace, nor R begin
-// with '}' (see config.validate and validResource). All of them expire: they
-// live as long as a lease, a waiter or a release marker does.
+// with '}' (the lease logic refuses both). All of them expire: they live as
+// long as a lease, a waiter or a release marker does.
 //
 //	<prefix>{R}:lease     the lease: "<owner>:<fence>[:<holder>]", with the TTL
 //	<prefix>{R}:queue     the waiters, in arrival order (see lua/queue.lua)
@@ -22,7 +22,7 @@ import "strings"
 // channel's stem from the lease key, its kind swapped, rather than being
 // sent it on every release (TestReleaseWakesOnTheChannelOfItsPrefix).
 //
-// A semaphore's and read/write leases' (shared_lease.go, and the headers of
+// A semaphore's and read/write leases' (SharedKeys, and the headers of
 // their scripts) live as long as their longest holder or waiter:
 //
 //	<prefix>{R}:permits   a semaphore's permits and their expiries
@@ -40,52 +40,54 @@ import "strings"
 // keys per prefix.
 //
 //	<prefix>{<t>}:fences  the fence counter of hash slot s, where t is a
-//	                      three-character name that hashes to s (slotTags)
+//	                      three-character name that hashes to s (SlotTag)
 //
 // It shares R's slot, so the acquire script stays one script on Cluster,
 // and moves with the slot when a cluster is resharded. Versions before the
-// per-slot counter kept <prefix>{R}:fence per resource (see MigrateFences).
-const (
-	kindLease    = "lease"
-	kindQueue    = "queue"
-	kindAlive    = "alive"
-	kindReleased = "released"
-	kindWake     = "wake"
-	kindFences   = "fences" // a hash slot's fence counter
+// per-slot counter kept <prefix>{R}:fence per resource (MigrateFences).
 
-	kindPermits       = "permits"
-	kindHolders       = "holders"
-	kindWriter        = "writer"
-	kindWriteReleased = "wreleased"
-	kindReaders       = "readers"
-	kindReadInfo      = "readinfo"
-	kindReadQueue     = "readq"
-	kindReadReleased  = "readrel"
-	kindFence         = "fence" // a resource's fence counter, before the per-slot counter
+// The kinds of key, the last word of a key's name.
+const (
+	KindLease    = "lease"
+	KindQueue    = "queue"
+	KindAlive    = "alive"
+	KindReleased = "released"
+	KindWake     = "wake"
+	KindFences   = "fences" // a hash slot's fence counter
+
+	KindPermits       = "permits"
+	KindHolders       = "holders"
+	KindWriter        = "writer"
+	KindWriteReleased = "wreleased"
+	KindReaders       = "readers"
+	KindReadInfo      = "readinfo"
+	KindReadQueue     = "readq"
+	KindReadReleased  = "readrel"
+	KindFence         = "fence" // a resource's fence counter, before the per-slot counter
 )
 
-// numSlots is the number of Redis Cluster hash slots.
-const numSlots = 16384
+// NumSlots is the number of Redis Cluster hash slots.
+const NumSlots = 16384
 
-// resourceKeys are the keys (and the wake channel's stem) of one resource;
-// fence is the counter of its hash slot.
-type resourceKeys struct {
-	lease, fence, queue, alive, released, wake string
+// Keys are the keys (and the wake channel's stem) of one resource; Fence is
+// the counter of its hash slot.
+type Keys struct {
+	Lease, Fence, Queue, Alive, Released, Wake string
 }
 
-// key names one of resource's keys.
-func key(prefix, resource, kind string) string {
+// Key names one of resource's keys.
+func Key(prefix, resource, kind string) string {
 	return prefix + "{" + resource + "}:" + kind
 }
 
-// keys returns resource's keys, cut from one string: one allocation
+// KeysOf returns resource's keys, cut from one string: one allocation
 // instead of six on the acquire and release paths.
-func keys(prefix, resource string) resourceKeys {
+func KeysOf(prefix, resource string) Keys {
 	var b strings.Builder
 	// Five names of the form prefix{resource}:kind, and the fence counter's
 	// prefix{tag}:fences with its 3-byte slot tag.
 	b.Grow(5*(len(prefix)+len(resource)+3) + len(prefix) + 3 + 3 +
-		len(kindLease+kindFences+kindQueue+kindAlive+kindReleased+kindWake))
+		len(KindLease+KindFences+KindQueue+KindAlive+KindReleased+KindWake))
 	name := func(tag, kind string) string {
 		start := b.Len()
 		b.WriteString(prefix)
@@ -95,30 +97,47 @@ func keys(prefix, resource string) resourceKeys {
 		b.WriteString(kind)
 		return b.String()[start:] // the buffer never moves: earlier names stay valid
 	}
-	return resourceKeys{lease: name(resource, kindLease), fence: name(slotTag(slotOf(resource)), kindFences),
-		queue: name(resource, kindQueue), alive: name(resource, kindAlive), released: name(resource, kindReleased),
-		wake: name(resource, kindWake)}
+	return Keys{Lease: name(resource, KindLease), Fence: name(SlotTag(SlotOf(resource)), KindFences),
+		Queue: name(resource, KindQueue), Alive: name(resource, KindAlive), Released: name(resource, KindReleased),
+		Wake: name(resource, KindWake)}
 }
 
-// slotCounter returns the key of hash slot s's fence counter.
-func slotCounter(prefix string, s int) string { return key(prefix, slotTag(s), kindFences) }
+// WakeChannel returns the wake channel of the waiters of the Client with id.
+func (k *Keys) WakeChannel(id string) string { return k.Wake + ":" + id }
 
-// slotTag returns the hash tag of slot s's fence counter.
-func slotTag(s int) string { return slotTags[3*s : 3*s+3] }
+// SharedKeys are the keys of a resource's shared leases.
+type SharedKeys struct {
+	Permits, Holders                                string // a semaphore
+	Writer, Readers, ReadInfo, ReadQ, WRel, ReadRel string // read/write leases
+}
 
-// slotOf returns the Redis Cluster hash slot of resource's keys: the CRC16
+// SharedKeysOf returns the keys of resource's shared leases.
+func SharedKeysOf(prefix, resource string) *SharedKeys {
+	k := func(kind string) string { return Key(prefix, resource, kind) }
+	return &SharedKeys{Permits: k(KindPermits), Holders: k(KindHolders),
+		Writer: k(KindWriter), Readers: k(KindReaders), ReadInfo: k(KindReadInfo), ReadQ: k(KindReadQueue),
+		WRel: k(KindWriteReleased), ReadRel: k(KindReadReleased)}
+}
+
+// SlotCounter returns the key of hash slot s's fence counter.
+func SlotCounter(prefix string, s int) string { return Key(prefix, SlotTag(s), KindFences) }
+
+// SlotTag returns the hash tag of slot s's fence counter.
+func SlotTag(s int) string { return slotTags[3*s : 3*s+3] }
+
+// SlotOf returns the Redis Cluster hash slot of resource's keys: the CRC16
 // of their hash tag, which is resource up to its first '}' (see the Cluster
 // spec; resource is not empty and does not begin with '}').
-func slotOf(resource string) int {
+func SlotOf(resource string) int {
 	tag := resource
 	if i := strings.IndexByte(resource, '}'); i >= 0 {
 		tag = resource[:i]
 	}
-	return int(crc16(tag) % numSlots)
+	return int(CRC16(tag) % NumSlots)
 }
 
-// crc16 is CRC16-XMODEM, by which Redis Cluster hashes keys.
-func crc16(s string) uint16 {
+// CRC16 is CRC16-XMODEM, by which Redis Cluster hashes keys.
+func CRC16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
 		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
@@ -141,18 +160,15 @@ var crc16Table = func() (t [256]uint16) {
 	return t
 }()
 
-// wakeChannel returns the wake channel of the waiters of the Client with id.
-func (k *resourceKeys) wakeChannel(id string) string { return k.wake + ":" + id }
-
-// resourcePattern returns the SCAN pattern that matches the keys of the
+// ResourcePattern returns the SCAN pattern that matches the keys of the
 // resources whose names match pattern (a Redis glob).
-func resourcePattern(prefix, pattern string) string {
-	return escapeGlob(prefix) + "{" + pattern + "}:*"
+func ResourcePattern(prefix, pattern string) string {
+	return EscapeGlob(prefix) + "{" + pattern + "}:*"
 }
 
-// resourceOf returns the resource and the kind of a key written under
+// ResourceOf returns the resource and the kind of a key written under
 // prefix, and false for a key that is not one of redlease's.
-func resourceOf(prefix, k string) (resource, kind string, ok bool) {
+func ResourceOf(prefix, k string) (resource, kind string, ok bool) {
 	rest, ok := strings.CutPrefix(k, prefix+"{")
 	if !ok {
 		return "", "", false
@@ -164,8 +180,8 @@ func resourceOf(prefix, k string) (resource, kind string, ok bool) {
 	return rest[:i], rest[i+2:], true
 }
 
-// escapeGlob quotes the characters that are special in a Redis glob.
-func escapeGlob(s string) string {
+// EscapeGlob quotes the characters that are special in a Redis glob.
+func EscapeGlob(s string) string {
 	var b strings.Builder
 	for _, r := range s {
 		if strings.ContainsRune(`*?[]\`, r) {

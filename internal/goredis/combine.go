@@ -1,4 +1,4 @@
-package redlease
+package goredis
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/redlease/redlease/driver"
 )
 
-// Concurrent calls of one Client share round trips. While combineAfter
-// requests of the Client are in flight (those that could have queued: a call
+// Concurrent calls of one Driver share round trips. While combineAfter
+// requests of the Driver are in flight (those that could have queued: a call
 // that may not queue goes out uncounted), the calls that other goroutines
 // make queue up; when a request returns, the calls that queued meanwhile go out
 // together, in one pipeline sent by the first of them. An uncontended call
@@ -24,12 +26,12 @@ import (
 // sends it, without its cancellation: what one caller gives up does not fail
 // the others' calls.
 
-// combineAfter is how many requests a Client has in flight before its calls
+// combineAfter is how many requests a Driver has in flight before its calls
 // queue. With 8 goroutines on this repository's 2-core machine, 4 did
 // better than 1 or 2 (docs/PERFORMANCE.md).
 const combineAfter = 4
 
-// combiner is the queue of a goRedis.
+// combiner is the queue of a Driver.
 type combiner struct {
 	off   bool // WithCombinedRequests(false)
 	mu    sync.Mutex
@@ -39,25 +41,26 @@ type combiner struct {
 
 // pendingCall is a call waiting for a request in flight.
 type pendingCall struct {
-	c     call
-	r     reply
+	c     driver.Call
+	r     driver.Reply
 	batch []*pendingCall // if it sends the next batch: the batch, itself first
 	ready chan struct{}  // it has its reply, or a batch to send
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pendingCall{ready: make(chan struct{}, 1)} }}
 
-func (g *goRedis) eval(ctx context.Context, c call) reply {
-	m := &g.comb
-	if m.off || !g.combinable(ctx) {
-		return g.evalOne(ctx, c)
+// Eval implements driver.Driver: at once, or in the next batch.
+func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
+	m := &d.comb
+	if m.off || !d.combinable(ctx) {
+		return d.evalOne(ctx, c)
 	}
 	m.mu.Lock()
 	if m.busy < combineAfter {
 		m.busy++
 		m.mu.Unlock()
 		defer m.pass()
-		return g.evalOne(ctx, c)
+		return d.evalOne(ctx, c)
 	}
 	p := pendingPool.Get().(*pendingCall)
 	p.c = c
@@ -69,12 +72,12 @@ func (g *goRedis) eval(ctx context.Context, c call) reply {
 		if m.leave(p) { // not sent: as if no connection was free in time
 			*p = pendingCall{ready: p.ready}
 			pendingPool.Put(p)
-			return reply{err: ctx.Err()}
+			return driver.Reply{Err: ctx.Err()}
 		}
 		<-p.ready // in a batch already
 	}
 	if p.batch != nil {
-		g.sendBatch(context.WithoutCancel(ctx), p.batch)
+		d.sendBatch(context.WithoutCancel(ctx), p.batch)
 	}
 	r := p.r
 	*p = pendingCall{ready: p.ready}
@@ -82,29 +85,29 @@ func (g *goRedis) eval(ctx context.Context, c call) reply {
 	return r
 }
 
-// sendBatch runs the calls of batch in one pipeline (maxBatch at most),
+// sendBatch runs the calls of batch in one pipeline (driver.MaxBatch at most),
 // hands each its reply, and passes the turn on. If the pipeline panics (a
 // go-redis hook of the caller's), the panic is its sender's, and every other
-// call of the batch gets errBatchPanicked rather than waiting forever.
-func (g *goRedis) sendBatch(ctx context.Context, batch []*pendingCall) {
+// call of the batch gets ErrBatchPanicked rather than waiting forever.
+func (d *Driver) sendBatch(ctx context.Context, batch []*pendingCall) {
 	delivered := false
 	defer func() {
 		if !delivered {
 			for _, p := range batch[1:] {
-				p.r = reply{err: errBatchPanicked}
+				p.r = driver.Reply{Err: ErrBatchPanicked}
 				p.ready <- struct{}{}
 			}
 		}
-		g.comb.pass()
+		d.comb.pass()
 	}()
-	calls := make([]call, len(batch))
+	calls := make([]driver.Call, len(batch))
 	for i, p := range batch {
 		calls[i] = p.c
 	}
-	out := make([]reply, len(batch))
-	for from := 0; from < len(calls); from += maxBatch {
-		to := min(from+maxBatch, len(calls))
-		g.pipeline(ctx, calls[from:to], out[from:to])
+	out := make([]driver.Reply, len(batch))
+	for from := 0; from < len(calls); from += driver.MaxBatch {
+		to := min(from+driver.MaxBatch, len(calls))
+		d.pipeline(ctx, calls[from:to], out[from:to])
 	}
 	delivered = true
 	for i, p := range batch {
@@ -115,9 +118,9 @@ func (g *goRedis) sendBatch(ctx context.Context, batch []*pendingCall) {
 	}
 }
 
-// errBatchPanicked is the reply of a call whose batch panicked: it may have
+// ErrBatchPanicked is the reply of a call whose batch panicked: it may have
 // been sent.
-var errBatchPanicked = errors.New("redlease: the pipeline that carried this request panicked in another goroutine")
+var ErrBatchPanicked = errors.New("redlease: the pipeline that carried this request panicked in another goroutine")
 
 // pass ends a request: the calls queued meanwhile go out as the next batch,
 // sent by the first of them.
@@ -148,16 +151,23 @@ func (m *combiner) leave(p *pendingCall) bool {
 // combinable reports whether a call with ctx may queue. A queued call
 // leaves the queue when its context ends, as go-redis stops waiting for a
 // connection then; a request on the network is bounded by the context's
-// deadline only with ContextTimeoutEnabled (see WithReleaseTimeout), and
+// deadline only with ContextTimeoutEnabled (see redlease.WithReleaseTimeout), and
 // a batch cannot keep the deadline of each of its calls. So a call queues if
 // its context has no deadline, or the client does not bound requests by
 // their contexts, or the deadline is further off than the client's own
 // timeouts bound two requests. A call whose context has ended goes out at
 // once, to fail as it would have.
-func (g *goRedis) combinable(ctx context.Context) bool {
+func (d *Driver) combinable(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	d, ok := ctx.Deadline()
-	return !ok || !g.ctxTime || g.longest > 0 && time.Until(d) > 2*g.longest
+	t, ok := ctx.Deadline()
+	return !ok || !d.ctxTime || d.longest > 0 && time.Until(t) > 2*d.longest
+}
+
+// Queued returns how many calls wait in the queue, for tests.
+func (d *Driver) Queued() int {
+	d.comb.mu.Lock()
+	defer d.comb.mu.Unlock()
+	return len(d.comb.queue)
 }

@@ -1,0 +1,163 @@
+// Package driver defines what redlease asks of a Redis client library, as
+// database/sql/driver does for SQL databases: a handful of methods, each
+// with its contract. redlease implements it for go-redis (redlease.New);
+// the modules github.com/redlease/redlease/rueidislease and
+// github.com/redlease/redlease/valkeylease implement it for rueidis and
+// valkey-go. A fourth client needs an implementation of Driver, passed to
+// redlease.NewWithDriver; nothing of the lease logic changes.
+//
+// A Driver runs Lua scripts and does little else: every operation on a lease
+// is one script, and redlease builds each script call (its keys and
+// arguments) and reads its reply itself. It decides whether a call goes by
+// EVALSHA or by EVAL, and sends the source again when the server has lost
+// its script cache (NOSCRIPT): a Driver sends what it is given. It also
+// subscribes to the channels by which a lease's release wakes its waiters,
+// walks the keyspace for the administrative calls, and tells what a failed
+// request's error says of the request.
+//
+// A Driver must be safe for concurrent use. It must not retry a script call
+// on its own after the request may have reached Redis unless the client
+// library does so only while the call's context allows (redlease counts
+// from the moment it sends a request, and a retry sent late could renew a
+// lease whose holder was told it is lost); retrying a request that was
+// never sent, or after MOVED and ASK on Redis Cluster, is fine.
+//
+// Drivers must not use a client-side cache for these calls: a lease's state
+// changes on the server, under scripts, and only a round trip tells it.
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is a Redis client as redlease uses it.
+type Driver interface {
+	// Eval runs one script call and returns its reply. It returns by the
+	// deadline of ctx, if it has one, unless the Driver implements
+	// DeadlineKeeper and says otherwise.
+	Eval(ctx context.Context, c Call) Reply
+
+	// EvalMany runs calls and puts the reply of calls[i] in replies[i]
+	// (len(replies) == len(calls)). It sends them in as few round trips as
+	// it can: in one pipeline, or on Redis Cluster one per node that serves
+	// their keys. Every call gets a reply or an error of its own; one that
+	// fails does not stop the others. redlease sends at most MaxBatch calls
+	// at once.
+	EvalMany(ctx context.Context, calls []Call, replies []Reply)
+
+	// EvalWait runs c and then WAIT replicas timeout on the same
+	// connection, in one round trip, so that WAIT counts the replicas that
+	// received the script's writes (on Redis Cluster, c goes to the master
+	// that serves its first key). It returns the script's reply and the
+	// number of replicas that acknowledged (WAIT's reply). A failure of WAIT
+	// is the reply's error when the script itself succeeded. The request
+	// takes up to timeout longer than a plain Eval: a Driver with a read
+	// timeout must allow for it.
+	EvalWait(ctx context.Context, c Call, replicas int, timeout time.Duration) (Reply, int64)
+
+	// Ping makes sure that the node that serves key answers, with a
+	// harmless request routed as a script call on key would be (EXISTS key,
+	// say). It may return nil without a round trip if the client knows that
+	// a connection to that node is open. redlease pings before an acquire
+	// that follows a request that got no answer, so that an acquire is not
+	// sent into an outage, where its outcome could only be unknown.
+	Ping(ctx context.Context, key string) error
+
+	// Scan calls fn with each batch of keys that SCAN with MATCH match and
+	// COUNT count finds, on every master of a Redis Cluster (in address
+	// order) or on the one server, until SCAN has walked the keyspace once;
+	// it stops at fn's first error and returns it.
+	Scan(ctx context.Context, match string, count int, fn func(keys []string) error) error
+
+	// Sharded reports whether the client talks to a Redis Cluster. Then the
+	// scripts publish wake-ups with SPUBLISH on shard channels, and
+	// Subscribe must subscribe with SSUBSCRIBE on the master that serves the
+	// channel's slot; otherwise with PUBLISH and SUBSCRIBE.
+	Sharded() bool
+
+	// Subscribe subscribes to channel and calls handle with the payload of
+	// every message published on it from the moment Redis confirms the
+	// subscription (Subscription.Ready) until it ends. handle is called on
+	// one goroutine at a time per subscription and must not block. The
+	// subscription stays until Close, reconnecting as the client does; it
+	// ends by itself (Done) only when it can no longer receive the channel's
+	// messages: on Redis Cluster, when the channel's slot moved to another
+	// node. redlease subscribes to a channel at most once at a time. An
+	// error means the subscription was not made (redlease then relies on its
+	// timers); Subscribe returns by the deadline of ctx.
+	Subscribe(ctx context.Context, channel string, handle func(payload string)) (Subscription, error)
+
+	// Classify tells what a failed request's error says of the request.
+	Classify(err error) ErrorClass
+}
+
+// MaxBatch is the most calls redlease passes to EvalMany at once.
+const MaxBatch = 1000
+
+// Call is one run of a Lua script: EVALSHA Hash, or EVAL Source when Hash is
+// empty, with the keys and arguments. The first key routes the call on
+// Redis Cluster; every key of one call is in one hash slot. A Driver must not
+// keep or modify the slices after the call returns.
+type Call struct {
+	Hash   string // the SHA-1 of Source in hex; "" to send Source with EVAL
+	Source string
+	Keys   []string
+	Args   []string
+}
+
+// Reply is a script's reply, or the request's error. Value holds what the
+// script returned, as Redis converts it: an int64 for an integer, a string
+// for a bulk or status string, a []any of such values for an array, and nil
+// for a null (Lua's false or nil). An error reply (a script that raised an
+// error, NOSCRIPT) is Err, with the text of the reply without its leading '-'
+// as its message.
+type Reply struct {
+	Value any
+	Err   error
+}
+
+// ErrorClass is what a failed request's error says of the request.
+type ErrorClass uint8
+
+const (
+	// NotSent: the request was not run: never written to a connection (a
+	// refused dial, no connection from the pool in time, a closed client).
+	NotSent ErrorClass = iota
+	// Refused: Redis answered with an error reply; the script did not run,
+	// or ran and raised the error. (redlease counts some error replies, by
+	// which Redis says it runs nothing now, such as LOADING, READONLY,
+	// CLUSTERDOWN or BUSY, as NotSent itself.)
+	Refused
+	// Unknown: the request may have reached Redis, and its reply was lost
+	// (a timeout, a connection reset, a context that ended while the request
+	// was on the network).
+	Unknown
+)
+
+// Subscription is one channel subscribed with Driver.Subscribe.
+type Subscription interface {
+	// Ready is closed once Redis has confirmed the subscription.
+	Ready() <-chan struct{}
+	// Done is closed once the subscription has ended without Close and
+	// will deliver no more messages. A Driver may find that out only when
+	// Done is called (on Cluster, from a slot map that no longer names the
+	// subscription's node), so redlease calls it before it relies on a
+	// subscription.
+	Done() <-chan struct{}
+	// Close unsubscribes the channel; handle is not called once Close has
+	// returned. It returns by the deadline of ctx.
+	Close(ctx context.Context) error
+}
+
+// DeadlineKeeper is implemented by a Driver whose requests may outlast the
+// deadline of their context (go-redis without ContextTimeoutEnabled). A
+// Driver that does not implement it must keep every deadline.
+type DeadlineKeeper interface {
+	// KeepsDeadline reports whether a request made now with a context whose
+	// deadline is d returns by d whatever Redis does: the client ends it at
+	// d, or its own timeouts end it sooner. When it does not, redlease runs
+	// an acquire's request on a goroutine of its own and stops waiting for
+	// it at d.
+	KeepsDeadline(d time.Time) bool
+}
