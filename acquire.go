@@ -120,8 +120,8 @@ type acquisition struct {
 	queued    bool // an attempt may have put the owner in a queue
 	sent      bool // an attempt may have reached Redis: the owner may hold a lease
 	kind      leaseKind
-	permits   int         // kindPermit: how many the semaphore has
-	permit    int         // kindPermit: the one the attempt got
+	permits   int              // kindPermit: how many the semaphore has
+	permit    int              // kindPermit: the one the attempt got
 	sk        *wire.SharedKeys // a shared lease's keys
 
 	// The storage of an acquisition of one resource, the common case, so

@@ -378,4 +378,3 @@ func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
 	require.GreaterOrEqual(t, l.index, 0, "queued for renewal again")
 	require.WithinDuration(t, time.Now().Add(l.cfg.interval()), l.renewAt, time.Second)
 }
-

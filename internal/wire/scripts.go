@@ -40,7 +40,7 @@ const (
 	// without a refresh: more than the longest sleep between two attempts
 	// of a waiter (1 s), so that only a waiter that stopped trying is
 	// dropped.
-	WaiterTimeoutMs = 3000
+	WaiterTimeoutMs  = 3000
 	waiterTimeoutArg = "3000"
 )
 
