@@ -51,7 +51,9 @@ local queued = string.find(mode, 'a', 1, true) ~= nil
 -- let a queued waiter go first draws the fence and takes the lease if it is
 -- free, in two commands (a fence drawn for a busy lease is skipped: fences
 -- need only rise). Later attempts first look whether the lease is already
--- theirs, so that a retry burns no fence.
+-- theirs, so that a retry burns no fence. A first attempt may find the lease
+-- its own too: the client library sent it again after its reply was lost
+-- (go-redis retries on a reset connection); it is the same lease then.
 local cur
 if not queued and not fair then
   local fence = redis.call('INCR', KEYS[2])
@@ -65,10 +67,10 @@ if not queued and not fair then
   end
 else
   cur = redis.call('GET', lease)
-  if cur and string.sub(cur, 1, #mine) == mine then
-    redis.call('PEXPIRE', lease, ARGV[2])
-    return tonumber(string.match(cur, '^%d+', #mine + 1))
-  end
+end
+if cur and string.sub(cur, 1, #mine) == mine then
+  redis.call('PEXPIRE', lease, ARGV[2])
+  return tonumber(string.match(cur, '^%d+', #mine + 1))
 end
 
 --#queue
