@@ -30,8 +30,8 @@ import (
 // already on its way), even when Redis is silent and the go-redis client
 // does not bound requests by their context (ContextTimeoutEnabled).
 // The lease's context keeps the values of ctx but not its cancellation.
-func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	ls, err := c.acquire(ctx, []string{resource}, opts, false, kindExclusive, 0) // the slice does not escape
+func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...LeaseOption) (*Lease, error) {
+	ls, err := c.acquire(ctx, []string{resource}, options(opts), false, kindExclusive, 0) // the slice does not escape
 	if err != nil {
 		return nil, err
 	}
@@ -57,8 +57,8 @@ func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...Option
 // syscall.ECONNREFUSED). It returns within 50 ms of ctx's deadline, as
 // TryAcquire does; unknown outcomes are resolved as in TryAcquire, retrying
 // with the same owner token for as long as ctx allows.
-func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	ls, err := c.acquire(ctx, []string{resource}, opts, true, kindExclusive, 0) // the slice does not escape
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...WaitOption) (*Lease, error) {
+	ls, err := c.acquire(ctx, []string{resource}, options(opts), true, kindExclusive, 0) // the slice does not escape
 	if err != nil {
 		return nil, err
 	}
@@ -74,14 +74,27 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...Option) (
 // takes them one by one in sorted order, so that two calls never wait for
 // each other in a cycle, and releases those it took if one cannot be had.
 // A resource named twice, and WithFair, are invalid here.
-func (c *Client) AcquireAll(ctx context.Context, resources []string, opts ...Option) ([]*Lease, error) {
-	return c.acquire(ctx, resources, opts, true, kindExclusive, 0)
+func (c *Client) AcquireAll(ctx context.Context, resources []string, opts ...WaitOption) ([]*Lease, error) {
+	return c.acquire(ctx, resources, options(opts), true, kindExclusive, 0)
 }
 
 // TryAcquireAll is AcquireAll without waiting: if any resource is held, it
 // takes none and returns a *BusyError naming it.
-func (c *Client) TryAcquireAll(ctx context.Context, resources []string, opts ...Option) ([]*Lease, error) {
-	return c.acquire(ctx, resources, opts, false, kindExclusive, 0)
+func (c *Client) TryAcquireAll(ctx context.Context, resources []string, opts ...LeaseOption) ([]*Lease, error) {
+	return c.acquire(ctx, resources, options(opts), false, kindExclusive, 0)
+}
+
+// options returns opts as Options: the acquire calls' options of their
+// own types. Without options, no slice.
+func options[O Option](opts []O) []Option {
+	if len(opts) == 0 {
+		return nil
+	}
+	out := make([]Option, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
 }
 
 // Do acquires the lease of resource (waiting as Acquire does), runs fn with
@@ -89,7 +102,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, resources []string, opts ...
 // panics included. It returns fn's error joined with the release error, so a
 // lease that was lost while fn ran shows as ErrLeaseLost even when fn
 // succeeded. fn should stop when its context ends.
-func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Context, l *Lease) error, opts ...Option) (err error) {
+func (c *Client) Do(ctx context.Context, resource string, fn func(ctx context.Context, l *Lease) error, opts ...WaitOption) (err error) {
 	if fn == nil {
 		return invalidf("nil function")
 	}

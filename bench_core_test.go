@@ -33,7 +33,7 @@ import (
 // free permit of N (the others held), Read and Write a read/write lease.
 func BenchmarkAcquireRelease(b *testing.B) {
 	srv := servertest.Redis(b)
-	pair := func(opts ...Option) func(*Client) func(context.Context) error {
+	pair := func(opts ...WaitOption) func(*Client) func(context.Context) error {
 		return func(c *Client) func(context.Context) error {
 			return func(ctx context.Context) error {
 				l, err := c.Acquire(ctx, "bench", opts...)

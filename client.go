@@ -87,7 +87,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 // newClient returns a Client with the defaults of opts, and no driver yet.
 func newClient(opts []Option) *Client {
 	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
-	c.cfg.apply(opts)
+	applyAll(&c.cfg, opts)
 	c.clk = c.cfg.clk
 	defaults := c.cfg
 	if c.defaultsErr = defaults.validate(); c.defaultsErr == nil {
@@ -301,7 +301,7 @@ func (c *Client) leaseConfig(resources []string, opts []Option) (*config, error)
 	cfg := c.defaults
 	if len(opts) > 0 || c.defaultsErr != nil {
 		merged := c.cfg
-		merged.apply(opts)
+		applyAll(&merged, opts)
 		if err := merged.validate(); err != nil {
 			return nil, errorf("%s: %w", quote(resources[0]), err)
 		}

@@ -18,12 +18,12 @@ import (
 type Election struct {
 	c    *Client
 	name string
-	opts []Option
+	opts []WaitOption
 }
 
 // NewElection returns the election for name on c. opts apply to each
 // campaign's lease.
-func NewElection(c *Client, name string, opts ...Option) *Election {
+func NewElection(c *Client, name string, opts ...WaitOption) *Election {
 	return &Election{c: c, name: name, opts: opts}
 }
 
@@ -62,7 +62,7 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if e == nil {
 		return Leader{}, invalidf("nil Election")
 	}
-	cfg, err := e.c.leaseConfig([]string{e.name}, e.opts) // the prefix may be the election's
+	cfg, err := e.c.leaseConfig([]string{e.name}, options(e.opts)) // the prefix may be the election's
 	if err != nil {
 		return Leader{}, err
 	}

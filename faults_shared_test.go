@@ -154,7 +154,7 @@ func (s *sharedScene) client(extra ...redlease.Option) *redlease.Client {
 
 // acquire takes a lease of kind for client with c, waiting if wait, and
 // records it.
-func (s *sharedScene) acquire(ctx context.Context, client int, c *redlease.Client, kind leaseKind, wait bool, opts ...redlease.Option) (*redlease.Lease, error) {
+func (s *sharedScene) acquire(ctx context.Context, client int, c *redlease.Client, kind leaseKind, wait bool, opts ...redlease.WaitOption) (*redlease.Lease, error) {
 	if kind == leasePermit {
 		return s.h.AcquireSemaphore(ctx, client, c, s.resource, s.permits, wait, opts...)
 	}

@@ -29,3 +29,12 @@ func testHub(tb testing.TB, rdb redis.UniversalClient) *hub {
 	tb.Cleanup(func() { h.close(context.Background()) })
 	return h
 }
+
+// waitOptions returns opts as the options of a waiting acquire call.
+func waitOptions(opts []LeaseOption) []WaitOption {
+	out := make([]WaitOption, len(opts))
+	for i, o := range opts {
+		out[i] = o
+	}
+	return out
+}

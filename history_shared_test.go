@@ -40,29 +40,29 @@ import (
 
 // AcquireSemaphore runs c.AcquireSemaphore (TryAcquireSemaphore when wait is
 // false) and records it.
-func (h *history) AcquireSemaphore(ctx context.Context, client int, c *redlease.Client, resource string, permits int, wait bool, opts ...redlease.Option) (*redlease.Lease, error) {
+func (h *history) AcquireSemaphore(ctx context.Context, client int, c *redlease.Client, resource string, permits int, wait bool, opts ...redlease.WaitOption) (*redlease.Lease, error) {
 	return h.acquire(client, resource, leaseSpec{kind: leasePermit, permits: permits}, func() (*redlease.Lease, error) {
 		if wait {
 			return c.AcquireSemaphore(ctx, resource, permits, opts...)
 		}
-		return c.TryAcquireSemaphore(ctx, resource, permits, opts...)
+		return c.TryAcquireSemaphore(ctx, resource, permits, trying(opts)...)
 	})
 }
 
 // AcquireRW runs c.AcquireRead or c.AcquireWrite (kind leaseRead or
 // leaseWrite; TryAcquireRead, TryAcquireWrite when wait is false) and
 // records it.
-func (h *history) AcquireRW(ctx context.Context, client int, c *redlease.Client, kind leaseKind, resource string, wait bool, opts ...redlease.Option) (*redlease.Lease, error) {
+func (h *history) AcquireRW(ctx context.Context, client int, c *redlease.Client, kind leaseKind, resource string, wait bool, opts ...redlease.WaitOption) (*redlease.Lease, error) {
 	return h.acquire(client, resource, leaseSpec{kind: kind}, func() (*redlease.Lease, error) {
 		switch {
 		case kind == leaseRead && wait:
 			return c.AcquireRead(ctx, resource, opts...)
 		case kind == leaseRead:
-			return c.TryAcquireRead(ctx, resource, opts...)
+			return c.TryAcquireRead(ctx, resource, trying(opts)...)
 		case wait:
 			return c.AcquireWrite(ctx, resource, opts...)
 		}
-		return c.TryAcquireWrite(ctx, resource, opts...)
+		return c.TryAcquireWrite(ctx, resource, trying(opts)...)
 	})
 }
 

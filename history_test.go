@@ -179,12 +179,12 @@ func (h *history) acquired(l *redlease.Lease, spec leaseSpec) {
 }
 
 // Acquire runs c.Acquire (or TryAcquire when wait is false) and records it.
-func (h *history) Acquire(ctx context.Context, client int, c *redlease.Client, resource string, wait bool, opts ...redlease.Option) (*redlease.Lease, error) {
+func (h *history) Acquire(ctx context.Context, client int, c *redlease.Client, resource string, wait bool, opts ...redlease.WaitOption) (*redlease.Lease, error) {
 	return h.acquire(client, resource, leaseSpec{}, func() (*redlease.Lease, error) {
 		if wait {
 			return c.Acquire(ctx, resource, opts...)
 		}
-		return c.TryAcquire(ctx, resource, opts...)
+		return c.TryAcquire(ctx, resource, trying(opts)...)
 	})
 }
 
@@ -1217,4 +1217,14 @@ func TestHistoryCheckerSegmentsMatchWhole(t *testing.T) {
 	require.Greater(t, results[0], 300, "violations")
 	require.Greater(t, results[1], 300, "linearizable histories")
 	require.Greater(t, cuts, 1000, "cut histories")
+}
+
+// trying returns opts as the options of an acquire call that does not wait:
+// the tests give such a call none of the others.
+func trying(opts []redlease.WaitOption) []redlease.LeaseOption {
+	out := make([]redlease.LeaseOption, len(opts))
+	for i, o := range opts {
+		out[i] = o.(redlease.LeaseOption)
+	}
+	return out
 }

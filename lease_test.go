@@ -219,36 +219,40 @@ func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
 		name     string
 		client   *Client
 		resource string
-		opts     []Option
+		opts     []LeaseOption
 	}{
 		{"empty resource", New(rdb), "", nil},
 		{"nil client", New(nil), "r", nil},
 		{"typed nil client", New(typedNil), "r", nil},
-		{"zero TTL", New(rdb), "r", []Option{WithTTL(0)}},
-		{"negative TTL", New(rdb), "r", []Option{WithTTL(-time.Second)}},
-		{"TTL below 1ms", New(rdb), "r", []Option{WithTTL(500 * time.Microsecond)}},
-		{"TTL not whole ms", New(rdb), "r", []Option{WithTTL(1500 * time.Microsecond)}},
+		{"zero TTL", New(rdb), "r", []LeaseOption{WithTTL(0)}},
+		{"negative TTL", New(rdb), "r", []LeaseOption{WithTTL(-time.Second)}},
+		{"TTL below 1ms", New(rdb), "r", []LeaseOption{WithTTL(500 * time.Microsecond)}},
+		{"TTL not whole ms", New(rdb), "r", []LeaseOption{WithTTL(1500 * time.Microsecond)}},
 		{"bad TTL in New", New(rdb, WithTTL(0)), "r", nil},
-		{"renew interval at lifetime", New(rdb), "r", []Option{WithTTL(time.Second), WithRenewInterval(890 * time.Millisecond)}},
-		{"renew interval above TTL", New(rdb), "r", []Option{WithTTL(time.Second), WithRenewInterval(2 * time.Second)}},
-		{"negative renew interval", New(rdb), "r", []Option{WithRenewInterval(-time.Second)}},
-		{"negative margin", New(rdb), "r", []Option{WithSafetyMargin(-time.Millisecond)}},
-		{"margin eats TTL", New(rdb), "r", []Option{WithTTL(time.Second), WithSafetyMargin(time.Second)}},
-		{"zero release timeout", New(rdb), "r", []Option{WithReleaseTimeout(0)}},
-		{"release timeout below 1ms", New(rdb), "r", []Option{WithReleaseTimeout(time.Microsecond)}},
-		{"renew interval of 1ns", New(rdb), "r", []Option{WithRenewInterval(time.Nanosecond)}},
-		{"TTL too short to renew every TTL/3", New(rdb), "r", []Option{WithTTL(2 * time.Millisecond)}},
-		{"max wait of 1ns", New(rdb), "r", []Option{WithMaxWait(time.Nanosecond)}},
-		{"max hold of 1ns", New(rdb), "r", []Option{WithMaxHold(time.Nanosecond)}},
-		{"holder over MaxHolder", New(rdb), "r", []Option{WithHolder(strings.Repeat("h", MaxHolder+1))}},
+		{"renew interval at lifetime", New(rdb), "r", []LeaseOption{WithTTL(time.Second), WithRenewInterval(890 * time.Millisecond)}},
+		{"renew interval above TTL", New(rdb), "r", []LeaseOption{WithTTL(time.Second), WithRenewInterval(2 * time.Second)}},
+		{"negative renew interval", New(rdb), "r", []LeaseOption{WithRenewInterval(-time.Second)}},
+		{"negative margin", New(rdb), "r", []LeaseOption{WithSafetyMargin(-time.Millisecond)}},
+		{"margin eats TTL", New(rdb), "r", []LeaseOption{WithTTL(time.Second), WithSafetyMargin(time.Second)}},
+		{"zero release timeout", New(rdb), "r", []LeaseOption{WithReleaseTimeout(0)}},
+		{"release timeout below 1ms", New(rdb), "r", []LeaseOption{WithReleaseTimeout(time.Microsecond)}},
+		{"renew interval of 1ns", New(rdb), "r", []LeaseOption{WithRenewInterval(time.Nanosecond)}},
+		{"TTL too short to renew every TTL/3", New(rdb), "r", []LeaseOption{WithTTL(2 * time.Millisecond)}},
+		{"max hold of 1ns", New(rdb), "r", []LeaseOption{WithMaxHold(time.Nanosecond)}},
+		{"holder over MaxHolder", New(rdb), "r", []LeaseOption{WithHolder(strings.Repeat("h", MaxHolder+1))}},
 	}
+	// WithMaxWait is for the calls that wait only.
+	l, err := New(rdb).Acquire(t.Context(), "r", WithMaxWait(time.Nanosecond))
+	require.Nil(t, l)
+	require.ErrorIs(t, err, ErrInvalidArgument, "max wait of 1ns")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, acquire := range []func(context.Context, string, ...Option) (*Lease, error){tc.client.TryAcquire, tc.client.Acquire} {
-				l, err := acquire(t.Context(), tc.resource, tc.opts...)
-				require.Nil(t, l)
-				require.ErrorIs(t, err, ErrInvalidArgument)
-			}
+			l, err := tc.client.TryAcquire(t.Context(), tc.resource, tc.opts...)
+			require.Nil(t, l)
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			l, err = tc.client.Acquire(t.Context(), tc.resource, waitOptions(tc.opts)...)
+			require.Nil(t, l)
+			require.ErrorIs(t, err, ErrInvalidArgument)
 			if tc.opts == nil {
 				_, err := tc.client.LastFence(t.Context(), tc.resource)
 				require.ErrorIs(t, err, ErrInvalidArgument)
@@ -259,7 +263,7 @@ func TestBadInputFailsBeforeAnyRoundTrip(t *testing.T) {
 
 	// Nil handles answer instead of panicking.
 	var nilClient *Client
-	_, err := nilClient.TryAcquire(t.Context(), "r")
+	_, err = nilClient.TryAcquire(t.Context(), "r")
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	var nilLease *Lease
 	require.ErrorIs(t, nilLease.Release(t.Context()), ErrInvalidArgument)

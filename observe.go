@@ -120,12 +120,12 @@ type Event struct {
 
 // WithObserver adds an observer of the leases' events. Observers given to
 // New and to an acquire call all see that lease's events.
-func WithObserver(o Observer) Option {
-	return func(c *config) {
+func WithObserver(o Observer) LeaseOption {
+	return forLease(func(c *config) {
 		if o != nil {
 			c.observers = append(c.observers[:len(c.observers):len(c.observers)], o)
 		}
-	}
+	})
 }
 
 // WithLogger logs the leases' events to l as structured records: acquire
@@ -135,7 +135,7 @@ func WithObserver(o Observer) Option {
 // payload. Successes are logged at Debug, failures to renew and recoveries at
 // Info, losses, failed releases, stale fences, outages and every Break at
 // Warn.
-func WithLogger(l *slog.Logger) Option {
+func WithLogger(l *slog.Logger) LeaseOption {
 	if l == nil {
 		return nil
 	}

@@ -25,9 +25,54 @@ const (
 	DriftFactor = 0.01
 )
 
-// Option configures a Client (given to New: defaults for every lease) or one
-// lease (given to an acquire call: overrides the Client's defaults).
-type Option func(*config)
+// Option configures a Client: New and NewWithDriver take them. Every
+// LeaseOption and WaitOption is an Option too, which sets the default of
+// every lease of the Client; an acquire call's options override the
+// defaults for its lease. An option that a call does not honour does not
+// compile there: WithCombinedRequests is an Option only, WithMaxWait a
+// WaitOption (the Try… calls never wait).
+type Option interface {
+	apply(*config)
+}
+
+// WaitOption configures an acquire call that waits for a busy lease
+// (Acquire, AcquireAll, Do, AcquireSemaphore, AcquireRead, AcquireWrite, an
+// Election's Campaign), or as an Option the default of New. Every
+// LeaseOption is one.
+type WaitOption interface {
+	Option
+	waits()
+}
+
+// LeaseOption configures any acquire call, waiting or not, or as an Option
+// the default of New.
+type LeaseOption interface {
+	WaitOption
+	leases()
+}
+
+// clientOption is an Option only; waitOption a WaitOption, leaseOption a
+// LeaseOption.
+type (
+	clientOption func(*config)
+	waitOption   struct{ clientOption }
+	leaseOption  struct{ waitOption }
+)
+
+func (o clientOption) apply(c *config) { o(c) }
+func (waitOption) waits()              {}
+func (leaseOption) leases()            {}
+
+func forLease(f func(*config)) LeaseOption { return leaseOption{waitOption{f}} }
+
+// applyAll applies opts to c in order, skipping nil ones.
+func applyAll[O Option](c *config, opts []O) {
+	for _, o := range opts {
+		if any(o) != nil {
+			o.apply(c)
+		}
+	}
+}
 
 type config struct {
 	ttl            time.Duration
@@ -63,9 +108,9 @@ func defaultConfig() config {
 
 func init() {
 	// redleasetest runs a Client on a fake clock through this hook.
-	clock.Option = func(c clock.Clock) any { return Option(func(cfg *config) { cfg.clk = c }) }
+	clock.Option = func(c clock.Clock) any { return Option(clientOption(func(cfg *config) { cfg.clk = c })) }
 	clock.Quiet = func(c any) bool { return c.(*Client).quiet() }
-	clock.Unobserved = func() any { return Option(func(cfg *config) { cfg.observers = nil }) }
+	clock.Unobserved = func() any { return Option(clientOption(func(cfg *config) { cfg.observers = nil })) }
 }
 
 // MaxHolder is the longest holder description, in bytes (WithHolder).
@@ -90,10 +135,11 @@ var defaultHolder = sync.OnceValue(func() string {
 // text up to MaxHolder bytes but a NUL; it is not secret, so put no
 // credentials in it. Default DefaultHolder() (host and pid); the redlease command adds the
 // command it runs.
-func WithHolder(desc string) Option { return func(c *config) { c.holder = desc } }
+func WithHolder(desc string) LeaseOption { return forLease(func(c *config) { c.holder = desc }) }
 
 // WithCombinedRequests turns the combining of concurrent requests on or
-// off; it takes effect among New's options only. On (the default), while a
+// off, for the go-redis client of New (other drivers combine requests their
+// own way: rueidis and valkey-go pipeline them by themselves). On (the default), while a
 // Client has 4 requests in flight that could have queued, the calls that
 // other goroutines make queue, and go out together in one pipeline when one of those returns:
 // fewer system calls on both sides, so more leases per second under load,
@@ -102,18 +148,20 @@ func WithHolder(desc string) Option { return func(c *config) { c.holder = desc }
 // ContextTimeoutEnabled, a call whose deadline is nearer than twice the
 // longest request the client's own timeouts allow does not queue (a batch
 // could not keep it). Off, every call is a request of its own.
-func WithCombinedRequests(on bool) Option { return func(c *config) { c.uncombined = !on } }
+func WithCombinedRequests(on bool) Option {
+	return clientOption(func(c *config) { c.uncombined = !on })
+}
 
 // WithTTL sets the lease TTL: how long Redis keeps a lease that is not
 // renewed, and so how long a crashed holder blocks the resource. It must be a
 // whole number of milliseconds, at least 1 ms (Redis stores expiries in ms).
 // Default DefaultTTL (30 s).
-func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+func WithTTL(d time.Duration) LeaseOption { return forLease(func(c *config) { c.ttl = d }) }
 
 // WithAutoRenew turns the watchdog on or off. On (the default), the Client
 // renews the lease every renew interval until it is released or lost. Off,
 // the lease context ends at the lease's local deadline unless Refresh extends it.
-func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on } }
+func WithAutoRenew(on bool) LeaseOption { return forLease(func(c *config) { c.autoRenew = on }) }
 
 // WithPrefix sets the prefix of every key (see keys.go for the layout): a
 // resource R uses keys <prefix>{R}:<kind>, and the fence counter of R's hash
@@ -122,13 +170,15 @@ func WithAutoRenew(on bool) Option { return func(c *config) { c.autoRenew = on }
 // taken with different prefixes do not exclude each other. The guards of
 // package fencing have an option of their own (fencing.WithPrefix) for the
 // keys of their fence records.
-func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+func WithPrefix(p string) LeaseOption { return forLease(func(c *config) { c.prefix = p }) }
 
 // WithRenewInterval sets how often the watchdog renews a lease. It must be
 // at least 1 ms and shorter than the lease's local lifetime (see
 // WithSafetyMargin). Default TTL/3 (so an auto-renewed lease needs a TTL of
 // at least 3 ms).
-func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewInterval = d } }
+func WithRenewInterval(d time.Duration) LeaseOption {
+	return forLease(func(c *config) { c.renewInterval = d })
+}
 
 // WithSafetyMargin sets how much earlier than the TTL, on top of the clock
 // drift allowance TTL·DriftFactor, the lease context ends when no renewal was
@@ -137,8 +187,8 @@ func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.rene
 // TTL − TTL·DriftFactor − margin, counted from the moment the last confirmed
 // acquire or renew request was sent. It must be at least 0 and leave a
 // positive lifetime. Default TTL/10.
-func WithSafetyMargin(d time.Duration) Option {
-	return func(c *config) { c.safetyMargin, c.marginSet = d, true }
+func WithSafetyMargin(d time.Duration) LeaseOption {
+	return forLease(func(c *config) { c.safetyMargin, c.marginSet = d, true })
 }
 
 // WithReleaseTimeout bounds each Release call. Release ignores the
@@ -147,20 +197,22 @@ func WithSafetyMargin(d time.Duration) Option {
 // DefaultReleaseTimeout (5 s); at least 1 ms. Like every deadline, it bounds a request
 // already on the network only if the go-redis client has
 // ContextTimeoutEnabled.
-func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
+func WithReleaseTimeout(d time.Duration) LeaseOption {
+	return forLease(func(c *config) { c.releaseTimeout = d })
+}
 
 // WithMaxWait bounds how long Acquire waits for a busy lease; then it
 // returns an error matching ErrNotAcquired and context.DeadlineExceeded.
-// It must be 0 or at least 1 ms. Default 0: until the context ends.
-// TryAcquire never waits.
-func WithMaxWait(d time.Duration) Option { return func(c *config) { c.maxWait = d } }
+// It must be 0 or at least 1 ms. Default 0: until the context ends. The
+// Try… calls never wait, and do not take it.
+func WithMaxWait(d time.Duration) WaitOption { return waitOption{func(c *config) { c.maxWait = d }} }
 
 // WithMaxHold bounds how long a lease is held in total: the watchdog stops
 // renewing, and the lease context ends with cause ErrMaxHold, d after the
 // acquire request was sent. A holder that is alive but stuck cannot keep the
 // resource forever; unless it releases, the lease expires in Redis at most one
 // TTL after d. It must be 0 or at least 1 ms. Default 0: no limit.
-func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = d } }
+func WithMaxHold(d time.Duration) LeaseOption { return forLease(func(c *config) { c.maxHold = d }) }
 
 // WithFair makes Acquire hand the lease to waiters in arrival order: a free
 // lease goes to the first live waiter in the resource's queue, and TryAcquire
@@ -169,7 +221,7 @@ func WithMaxHold(d time.Duration) Option { return func(c *config) { c.maxHold = 
 // vanishes without leaving (a crashed process) holds up the queue for at most
 // 3 s. Default off: a free lease goes to whoever asks first, and release
 // still wakes only the first waiter.
-func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
+func WithFair(on bool) LeaseOption { return forLease(func(c *config) { c.fair = on }) }
 
 // WithReplicaAck makes an acquisition wait, in the same round trip, until n
 // replicas have acknowledged the new lease and its fence (Redis WAIT), for at
@@ -187,8 +239,8 @@ func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
 // safety net. timeout must be below the lease's local lifetime (a longer WAIT
 // would outlive the lease) and the Redis client's read timeout. Default
 // n = 0: no waiting.
-func WithReplicaAck(n int, timeout time.Duration) Option {
-	return func(c *config) { c.replicas, c.replicaTimeout = n, timeout }
+func WithReplicaAck(n int, timeout time.Duration) LeaseOption {
+	return forLease(func(c *config) { c.replicas, c.replicaTimeout = n, timeout })
 }
 
 // WithFenceSource draws each lease's fence from src instead of the Redis
@@ -200,14 +252,8 @@ func WithReplicaAck(n int, timeout time.Duration) Option {
 // counter still counts acquisitions. It applies to exclusive leases only
 // (Acquire, TryAcquire, AcquireAll): shared leases refuse it. Default: the
 // Redis counter, incremented inside the acquire script.
-func WithFenceSource(src FenceSource) Option { return func(c *config) { c.fences = src } }
-
-func (c *config) apply(opts []Option) {
-	for _, o := range opts {
-		if o != nil {
-			o(c)
-		}
-	}
+func WithFenceSource(src FenceSource) LeaseOption {
+	return forLease(func(c *config) { c.fences = src })
 }
 
 func (c *config) margin() time.Duration {

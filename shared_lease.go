@@ -57,14 +57,14 @@ func (l *Lease) kind() leaseKind {
 // fails with an error matching ErrNotAcquired and ErrInvalidArgument; once
 // none is, the number may change. WithFenceSource does not apply to shared
 // leases (semaphores, read and write leases); refused as invalid.
-func (c *Client) AcquireSemaphore(ctx context.Context, resource string, permits int, opts ...Option) (*Lease, error) {
-	return c.acquireShared(ctx, resource, kindPermit, permits, opts, true)
+func (c *Client) AcquireSemaphore(ctx context.Context, resource string, permits int, opts ...WaitOption) (*Lease, error) {
+	return c.acquireShared(ctx, resource, kindPermit, permits, options(opts), true)
 }
 
 // TryAcquireSemaphore is AcquireSemaphore without waiting: if every permit
 // is held, it returns a *BusyError.
-func (c *Client) TryAcquireSemaphore(ctx context.Context, resource string, permits int, opts ...Option) (*Lease, error) {
-	return c.acquireShared(ctx, resource, kindPermit, permits, opts, false)
+func (c *Client) TryAcquireSemaphore(ctx context.Context, resource string, permits int, opts ...LeaseOption) (*Lease, error) {
+	return c.acquireShared(ctx, resource, kindPermit, permits, options(opts), false)
 }
 
 // MaxPermits is the most permits a semaphore may have.
@@ -84,13 +84,13 @@ const MaxPermits = 1 << 20
 // the newest write fence the resource accepted began before that write.
 // Readers must not write through a fencing guard (their fences interleave
 // with the writers').
-func (c *Client) AcquireRead(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	return c.acquireShared(ctx, resource, kindRead, 0, opts, true)
+func (c *Client) AcquireRead(ctx context.Context, resource string, opts ...WaitOption) (*Lease, error) {
+	return c.acquireShared(ctx, resource, kindRead, 0, options(opts), true)
 }
 
 // TryAcquireRead is AcquireRead without waiting.
-func (c *Client) TryAcquireRead(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	return c.acquireShared(ctx, resource, kindRead, 0, opts, false)
+func (c *Client) TryAcquireRead(ctx context.Context, resource string, opts ...LeaseOption) (*Lease, error) {
+	return c.acquireShared(ctx, resource, kindRead, 0, options(opts), false)
 }
 
 // AcquireWrite takes the write lease of resource, exclusive of readers and
@@ -105,13 +105,13 @@ func (c *Client) TryAcquireRead(ctx context.Context, resource string, opts ...Op
 // channel, so a waiter of one kind holds up the others (while an Acquire
 // waits on "config", TryAcquireRead("config") fails as if a writer waited)
 // and a release of one kind may spend its wake-up on a waiter of another.
-func (c *Client) AcquireWrite(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	return c.acquireShared(ctx, resource, kindWrite, 0, opts, true)
+func (c *Client) AcquireWrite(ctx context.Context, resource string, opts ...WaitOption) (*Lease, error) {
+	return c.acquireShared(ctx, resource, kindWrite, 0, options(opts), true)
 }
 
 // TryAcquireWrite is AcquireWrite without waiting.
-func (c *Client) TryAcquireWrite(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
-	return c.acquireShared(ctx, resource, kindWrite, 0, opts, false)
+func (c *Client) TryAcquireWrite(ctx context.Context, resource string, opts ...LeaseOption) (*Lease, error) {
+	return c.acquireShared(ctx, resource, kindWrite, 0, options(opts), false)
 }
 
 // Semaphore reports the number of permits of the semaphore whose permit

@@ -26,7 +26,7 @@ func queued(t *testing.T, rdb redis.UniversalClient, resource string) []string {
 }
 
 // startWaiter runs Acquire in a goroutine; the lease (or error) arrives on the channel.
-func startWaiter(ctx context.Context, c *Client, resource string, opts ...Option) <-chan acquired {
+func startWaiter(ctx context.Context, c *Client, resource string, opts ...WaitOption) <-chan acquired {
 	out := make(chan acquired, 1)
 	go func() {
 		l, err := c.Acquire(ctx, resource, opts...)

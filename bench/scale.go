@@ -98,7 +98,7 @@ func scale(ctx context.Context, srv *server, n, g int, window time.Duration, sam
 
 	start := time.Now()
 	err := eachParallel(g, n, func(i int) error {
-		var opts []redlease.Option
+		var opts []redlease.LeaseOption
 		if i%sampleEvery == 0 {
 			opts = append(opts, redlease.WithObserver(obs))
 		}

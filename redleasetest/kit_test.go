@@ -549,7 +549,7 @@ type result struct {
 }
 
 // acquireAsync starts an Acquire of resource on its own goroutine.
-func acquireAsync(t *testing.T, c *redlease.Client, resource string, opts ...redlease.Option) <-chan result {
+func acquireAsync(t *testing.T, c *redlease.Client, resource string, opts ...redlease.WaitOption) <-chan result {
 	t.Helper()
 	ch := make(chan result, 1)
 	ctx, cancel := context.WithCancel(context.Background())

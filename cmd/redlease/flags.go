@@ -90,7 +90,7 @@ func oneRedlease(msg string) string {
 type flagOption struct {
 	flag  string
 	value any // as the user gave it, for the message
-	opt   redlease.Option
+	opt   redlease.WaitOption
 }
 
 // input is what a command checks before it connects: its resources, and
@@ -109,7 +109,7 @@ type input struct {
 // round trip, and an acquire whose context has already ended goes no
 // further than that.
 func (s *session) checkInput(in input) error {
-	lease := leaseKind{}.try(s.locks)
+	lease := leaseKind{}.acquire(s.locks, true)
 	if err := s.check(lease, "any"); err != nil {
 		return &usageError{fmt.Sprintf("-prefix %q: %s", s.prefix, invalidReason(err))}
 	}
@@ -118,11 +118,13 @@ func (s *session) checkInput(in input) error {
 			return &usageError{fmt.Sprintf("RESOURCE %q: %s", r, invalidReason(err))}
 		}
 	}
-	try := in.kind.try(s.locks)
+	// The waiting call takes every option (-wait's too) and checks them,
+	// with an ended context, before any round trip.
+	try := in.kind.acquire(s.locks, true)
 	if err := s.check(try, "any"); err != nil {
 		return &usageError{fmt.Sprintf("%s: %s", in.kind.flag(), invalidReason(err))}
 	}
-	var opts []redlease.Option
+	var opts []redlease.WaitOption
 	for _, f := range in.flags {
 		opts = append(opts, f.opt)
 		if err := s.check(try, "any", opts...); err != nil {
@@ -134,7 +136,7 @@ func (s *session) checkInput(in input) error {
 
 // check returns the library's ErrInvalidArgument error for an acquire
 // (try) of resource with opts, or nil.
-func (s *session) check(try acquireFunc, resource string, opts ...redlease.Option) error {
+func (s *session) check(try acquireFunc, resource string, opts ...redlease.WaitOption) error {
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := try(ended, resource, opts...); errors.Is(err, redlease.ErrInvalidArgument) {

@@ -10,7 +10,23 @@ import (
 )
 
 // acquireFunc is one of the Client's acquire calls.
-type acquireFunc func(ctx context.Context, resource string, opts ...redlease.Option) (*redlease.Lease, error)
+type acquireFunc func(ctx context.Context, resource string, opts ...redlease.WaitOption) (*redlease.Lease, error)
+
+// trying is an acquire call that does not wait as an acquireFunc. It takes
+// the options of such a call: WithMaxWait (-wait) is refused with it
+// (-nowait) before, and as an invalid argument here.
+func trying(acquire func(context.Context, string, ...redlease.LeaseOption) (*redlease.Lease, error)) acquireFunc {
+	return func(ctx context.Context, resource string, opts ...redlease.WaitOption) (*redlease.Lease, error) {
+		lease := make([]redlease.LeaseOption, len(opts))
+		for i, o := range opts {
+			var ok bool
+			if lease[i], ok = o.(redlease.LeaseOption); !ok && o != nil {
+				return nil, fmt.Errorf("%w: a wait option for an acquire that does not wait", redlease.ErrInvalidArgument)
+			}
+		}
+		return acquire(ctx, resource, lease...)
+	}
+}
 
 // leaseKind is the kind of lease that run takes: the lease of RESOURCE
 // (the zero leaseKind), one of the permits of its semaphore (-permits N),
@@ -44,32 +60,29 @@ func addKindFlags(fs *flag.FlagSet) (kind func() (leaseKind, error)) {
 	}
 }
 
-// try is k's acquire call that does not wait.
-func (k leaseKind) try(c *redlease.Client) acquireFunc { return k.acquire(c, false) }
-
 // acquire is k's acquire call, which waits if wait is true.
 func (k leaseKind) acquire(c *redlease.Client, wait bool) acquireFunc {
 	switch {
+	case k.semaphore && wait:
+		return func(ctx context.Context, resource string, opts ...redlease.WaitOption) (*redlease.Lease, error) {
+			return c.AcquireSemaphore(ctx, resource, k.permits, opts...)
+		}
 	case k.semaphore:
-		take := c.TryAcquireSemaphore
-		if wait {
-			take = c.AcquireSemaphore
-		}
-		return func(ctx context.Context, resource string, opts ...redlease.Option) (*redlease.Lease, error) {
-			return take(ctx, resource, k.permits, opts...)
-		}
+		return trying(func(ctx context.Context, resource string, opts ...redlease.LeaseOption) (*redlease.Lease, error) {
+			return c.TryAcquireSemaphore(ctx, resource, k.permits, opts...)
+		})
 	case k.read && wait:
 		return c.AcquireRead
 	case k.read:
-		return c.TryAcquireRead
+		return trying(c.TryAcquireRead)
 	case k.write && wait:
 		return c.AcquireWrite
 	case k.write:
-		return c.TryAcquireWrite
+		return trying(c.TryAcquireWrite)
 	case wait:
 		return c.Acquire
 	}
-	return c.TryAcquire
+	return trying(c.TryAcquire)
 }
 
 // excludedBy reports whether a holder of kind (as in redlease.Holder, or

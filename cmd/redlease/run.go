@@ -112,7 +112,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	opts := make([]redlease.Option, len(rf.flags), len(rf.flags)+1)
+	opts := make([]redlease.WaitOption, len(rf.flags), len(rf.flags)+1)
 	for i, f := range rf.flags {
 		opts[i] = f.opt
 	}
@@ -243,7 +243,7 @@ func (r *runner) say(format string, args ...any) {
 	fmt.Fprintln(r.stderr, "redlease run:", oneRedlease(fmt.Sprintf(format, args...)))
 }
 
-func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int {
+func (r *runner) run(ctx context.Context, wait bool, opts []redlease.WaitOption) int {
 	// Signals are caught from here on: while waiting they stop the wait,
 	// while the command runs they are passed on to it.
 	sigs := make(chan os.Signal, 8)
@@ -289,7 +289,7 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.Option) int
 // renewals, and the channel it tells of them on (one notice may stand for
 // several), for the supervisor to pass each new deadline on to the guardian.
 // An observer must not block, nor call the lease.
-func renewalNotices() (<-chan struct{}, redlease.Option) {
+func renewalNotices() (<-chan struct{}, redlease.WaitOption) {
 	renewals := make(chan struct{}, 1)
 	return renewals, redlease.WithObserver(redlease.ObserverFunc(func(_ context.Context, e redlease.Event) {
 		if e.Kind == redlease.EventRenew && e.Outcome == redlease.OutcomeOK {

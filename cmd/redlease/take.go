@@ -26,7 +26,7 @@ type signalError struct{ sig os.Signal }
 func (e signalError) Error() string { return "got signal " + e.sig.String() }
 
 // acquire takes the lease, or returns nil and the exit code.
-func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal, wait bool, opts []redlease.Option) (*redlease.Lease, int) {
+func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal, wait bool, opts []redlease.WaitOption) (*redlease.Lease, int) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := make(chan struct{})
