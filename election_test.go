@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 func TestElectionHandOverWhenLeaderStalls(t *testing.T) {

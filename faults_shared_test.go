@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // The fault scenarios of the shared leases (issue 15): a semaphore of

@@ -20,8 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // The fault-injection suite: go test -race -run Fault .

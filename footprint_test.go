@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/redlease/redlease"
-	"github.com/stretchr/testify/require"
+	"github.com/redlease/redlease/internal/require"
 )
 
 // The shared leases in the history (see history_test.go): semaphores and

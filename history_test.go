@@ -19,7 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
-	"github.com/stretchr/testify/require"
+	"github.com/redlease/redlease/internal/require"
 )
 
 // A history of what the clients of a fault scenario did and saw, checked

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // dropIdle sends its UNSUBSCRIBE outside h.mu; a waiter that joins the

@@ -15,9 +15,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -595,7 +594,7 @@ func TestIntegrationScriptCacheFlushed(t *testing.T) {
 func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
 	_ = rdb.Ping(t.Context()).Err() // the pool's connection is not the lease's doing
-	ignore := goleak.IgnoreCurrent()
+	before := servertest.Goroutines()
 	c := New(rdb, WithTTL(time.Second))
 	ctx := t.Context()
 	var leases []*Lease
@@ -617,7 +616,7 @@ func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
 	// a watchdog goroutine would remain.
 	require.NoError(t, rdb.Close())
 	mr.Close()
-	goleak.VerifyNone(t, ignore)
+	servertest.CheckLeaks(t, before, time.Second)
 }
 
 func TestIntegrationClusterClient(t *testing.T) {

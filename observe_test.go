@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 type recorder struct {

@@ -12,9 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 // queued returns the owner tokens waiting on resource, in queue order.
@@ -443,7 +442,7 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := t.Context()
 	require.NoError(t, rdb.Ping(ctx).Err())
-	ignore := goleak.IgnoreCurrent()
+	before := servertest.Goroutines()
 
 	other := New(srv.Client(t))
 	blocker, err := other.TryAcquire(ctx, "blocked")
@@ -467,7 +466,7 @@ func TestCloseReleasesLeasesAndStopsWaiters(t *testing.T) {
 
 	require.NoError(t, other.Close(ctx))
 	require.ErrorIs(t, context.Cause(blocker.Context()), ErrReleased)
-	goleak.VerifyNone(t, ignore)
+	servertest.CheckLeaks(t, before, time.Second)
 }
 
 // An acquire whose reply arrives after Close began is given back, not handed

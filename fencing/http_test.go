@@ -15,8 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // forEachStore runs f with a MemoryStore and with a RedisStore on a

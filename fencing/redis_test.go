@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // recordKeyCases are data keys and the fence record keys they get ("" for a

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // token is a fence and owner as a guard saw them.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 )
 
 // A PostgreSQL sequence as the fence source: fences keep rising across a

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
-	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 )
 

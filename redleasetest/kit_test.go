@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/redleasetest"
 )
 

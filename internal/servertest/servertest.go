@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // RequireEnv, when set to a non-empty value, turns a missing server binary
@@ -62,19 +61,14 @@ func runAfterAll() {
 	afterAll.fns = nil
 }
 
+// checkLeaks returns 1, having listed the goroutines, if goroutines other
+// than the ignored ones (see CheckLeaks) still run after limit, else 0.
 func checkLeaks(limit time.Duration) int {
-	deadline := time.Now().Add(limit)
-	for {
-		err := goleak.Find()
-		if err == nil {
-			return 0
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
-			return 1
-		}
-		time.Sleep(50 * time.Millisecond)
+	if gs := leaked(nil, limit); len(gs) > 0 {
+		fmt.Fprintf(os.Stderr, "goroutines leaked:\n%s\n", formatGoroutines(gs))
+		return 1
 	}
+	return 0
 }
 
 type quietLogger struct{}
