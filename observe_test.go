@@ -3,6 +3,7 @@ package redlease
 import (
 	"bytes"
 	"context"
+	"github.com/redlease/redlease/internal/clock"
 	"log/slog"
 	"strings"
 	"sync"
@@ -48,10 +49,21 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 
 	_, err = c.TryAcquire(ctx, "r")
 	require.Error(t, err)
-	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	// A waiter whose context ends while it sleeps, not while an attempt is
+	// on its way (then the outcome would be unknown): on a frozen clock it
+	// sleeps until it is woken, and nothing wakes it.
+	waiter := New(rdb, WithObserver(rec), clock.Option(clock.NewFake(time.Now())).(Option))
+	defer func() { _ = waiter.Close(ctx) }()
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_, err = c.Acquire(short, "r")
-	require.Error(t, err)
+	go func() {
+		for i := 0; i < 10_000 && waiter.hub.asleep.Load() != 1; i++ { // bounded: 10 s
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err = waiter.Acquire(wctx, "r")
+	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, []string{"acquire:busy", "acquire:timeout"}, rec.take())
 
 	require.NoError(t, l.Refresh(ctx))
