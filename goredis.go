@@ -33,4 +33,3 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c.start(d)
 	return c
 }
-
