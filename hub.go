@@ -94,8 +94,17 @@ func newHub(conn *wire.Conn, clk clock.Clock) *hub {
 // stop with ErrClientClosed. It waits for the subscribe goroutines, until
 // ctx's deadline.
 func (h *hub) close(ctx context.Context) {
-	var subs []driver.Subscription
+	for _, s := range h.shut() {
+		closeSub(detach(ctx), s)
+	}
+	wait(ctx, &h.work)
+}
+
+// shut marks the hub closed, forgets its channels, and returns their
+// subscriptions for the caller to close.
+func (h *hub) shut() (subs []driver.Subscription) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !isClosed(h.closed) {
 		close(h.closed)
 	}
@@ -109,11 +118,7 @@ func (h *hub) close(ctx context.Context) {
 		}
 		delete(h.chans, name)
 	}
-	h.mu.Unlock()
-	for _, s := range subs {
-		closeSub(detach(ctx), s)
-	}
-	wait(ctx, &h.work)
+	return subs
 }
 
 // closeSub unsubscribes s, bounded by subscribeWait and by ctx.
@@ -218,34 +223,56 @@ func (h *hub) forgetLocked(channel string, ch *wakeChannel) {
 // channel's, outside h.mu and bounded by ctx; meanwhile ch.dropping holds
 // back a new subscribe.
 func (h *hub) drop(ctx context.Context, channel string, ch *wakeChannel, s driver.Subscription) {
-	h.mu.Lock()
-	if ch.sub != s || s == nil {
-		h.mu.Unlock()
+	if s == nil || !h.beginDrop(ch, s) {
 		return
 	}
-	ch.sub = nil
-	dropping := make(chan struct{})
-	ch.dropping = dropping
-	h.mu.Unlock()
-
 	closeSub(ctx, s)
+	h.endDrop(channel, ch)
+}
 
+// beginDrop takes s off ch, if it is still ch's subscription, and reports
+// whether it was.
+func (h *hub) beginDrop(ch *wakeChannel, s driver.Subscription) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if ch.sub != s {
+		return false
+	}
+	ch.sub, ch.dropping = nil, make(chan struct{})
+	return true
+}
+
+// endDrop lets a subscribe of ch go on, once its unsubscribe has returned.
+func (h *hub) endDrop(channel string, ch *wakeChannel) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	close(ch.dropping)
 	ch.dropping = nil
-	close(dropping)
 	h.forgetLocked(channel, ch)
 }
 
 // dropIdle unsubscribes a channel nobody waited on for linger.
 func (h *hub) dropIdle(channel string, ch *wakeChannel) {
-	h.mu.Lock()
-	s := ch.sub
-	idle := h.chans[channel] == ch && len(ch.waiters) == 0
-	h.mu.Unlock()
-	if idle {
+	if s := h.idleSub(channel, ch); s != nil {
 		h.drop(context.Background(), channel, ch, s)
 	}
+}
+
+// idleSub returns the subscription of ch if nobody waits on it.
+func (h *hub) idleSub(channel string, ch *wakeChannel) driver.Subscription {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.chans[channel] != ch || len(ch.waiters) > 0 {
+		return nil
+	}
+	return ch.sub
+}
+
+// subOf returns ch's subscription, nil if it has none.
+func (h *hub) subOf(ch *wakeChannel) driver.Subscription {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return ch.sub
 }
 
 // startSubscribe subscribes the channel on a goroutine of the hub's, unless
@@ -278,22 +305,28 @@ func (h *hub) subscribe(channel string, ch *wakeChannel, done chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
 	s, err := h.driverSubscribe(ctx, channel)
-	h.mu.Lock()
-	ch.subscribing = nil
-	close(done)
-	keep := err == nil && !isClosed(h.closed) && h.chans[channel] == ch
-	if keep {
-		ch.sub = s
-		if len(ch.waiters) == 0 && ch.idle == nil { // the waiters left meanwhile
-			ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
-		}
-	} else {
-		h.forgetLocked(channel, ch)
-	}
-	h.mu.Unlock()
-	if err == nil && !keep {
+	if !h.subscribed(channel, ch, done, s, err) && err == nil {
 		closeSub(context.Background(), s)
 	}
+}
+
+// subscribed records the end of ch's subscribe, which closes done: it keeps
+// the subscription s and reports true, unless the subscribe failed or
+// nobody needs it any more (the Client closed).
+func (h *hub) subscribed(channel string, ch *wakeChannel, done chan struct{}, s driver.Subscription, err error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch.subscribing = nil
+	close(done)
+	if err != nil || isClosed(h.closed) || h.chans[channel] != ch {
+		h.forgetLocked(channel, ch)
+		return false
+	}
+	ch.sub = s
+	if len(ch.waiters) == 0 && ch.idle == nil { // the waiters left meanwhile
+		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
+	}
+	return true
 }
 
 // driverSubscribe calls the driver's Subscribe; a panic there fails the

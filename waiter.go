@@ -186,9 +186,7 @@ func (w *waiter) leave() {
 // dropped here.
 func (w *waiter) subscribed(ctx context.Context) bool {
 	h := w.h
-	h.mu.Lock()
-	s := w.ch.sub
-	h.mu.Unlock()
+	s := h.subOf(w.ch)
 	switch {
 	case s == nil || !isClosed(s.Ready()):
 		return false
@@ -218,9 +216,7 @@ func (w *waiter) subscribe(ctx context.Context) bool {
 		}
 		break
 	}
-	h.mu.Lock()
-	s := w.ch.sub
-	h.mu.Unlock()
+	s := h.subOf(w.ch)
 	if s == nil {
 		return false
 	}
