@@ -46,8 +46,9 @@
 // connection), so this driver is no driver.DeadlineKeeper. One exception
 // is rueidis's: its default queue (RUEIDIS_QUEUE_TYPE unset) does not
 // watch the context while the connection already has 1024 requests in
-// flight; ClientOption.ConnWriteTimeout (10 s by default) then bounds the
-// wait.
+// flight; if the server has stopped answering, the client gives the
+// connection up after about ClientOption.ConnWriteTimeout (10 s by
+// default), which ends that wait.
 //
 // Subscriptions (the wake-ups of waiters) use Client.Receive, one per
 // channel, which subscribes again by itself after a reconnect; see

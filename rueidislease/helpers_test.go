@@ -69,6 +69,7 @@ func (e *env) locks(t *testing.T, opts ...redlease.Option) *redlease.Client {
 	return closed(t, New(e.client, opts...))
 }
 
+// closed returns c, closed when the test ends.
 func closed(t *testing.T, c *redlease.Client) *redlease.Client {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -80,21 +81,28 @@ func closed(t *testing.T, c *redlease.Client) *redlease.Client {
 	return c
 }
 
-// each runs f on both kinds of server, plain and as a cluster, one
-// deployment per kind and topology shared by f's subtests.
+// topologies are the deployments of a kind that the tests run on.
+var topologies = []struct {
+	name string
+	env  func(*testing.T, servertest.Kind) *env
+}{{"plain", plainEnv}, {"cluster", clusterEnv}}
+
+// each runs cases on both kinds of server, plain and as a cluster: one
+// deployment per kind and topology, which the cases (subtests) share.
 func each(t *testing.T, cases []testCase) {
+	eachEnv(t, func(t *testing.T, e *env) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { c.f(t, e) })
+		}
+	})
+}
+
+// eachEnv runs f on a deployment of its own of each kind and topology.
+func eachEnv(t *testing.T, f func(*testing.T, *env)) {
 	for _, k := range servertest.Kinds() {
 		t.Run(string(k), func(t *testing.T) {
-			for _, top := range []struct {
-				name string
-				env  func(*testing.T, servertest.Kind) *env
-			}{{"plain", plainEnv}, {"cluster", clusterEnv}} {
-				t.Run(top.name, func(t *testing.T) {
-					e := top.env(t, k)
-					for _, c := range cases {
-						t.Run(c.name, func(t *testing.T) { c.f(t, e) })
-					}
-				})
+			for _, top := range topologies {
+				t.Run(top.name, func(t *testing.T) { f(t, top.env(t, k)) })
 			}
 		})
 	}
@@ -110,7 +118,7 @@ func resource(t *testing.T, suffix string) string {
 	return strings.ReplaceAll(t.Name(), "/", ":") + ":" + suffix
 }
 
-// do runs cmd on every node of e (every master on Cluster).
+// do runs cmd on every node that e's client knows.
 func (e *env) do(t *testing.T, cmd ...string) {
 	t.Helper()
 	ctx := context.Background()

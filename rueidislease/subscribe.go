@@ -17,13 +17,15 @@ import (
 // of its own for all subscriptions), and delivers its messages to the
 // goroutine.
 //
-// What Receive does when things change (rueidis v1.0.79, and valkey-go,
-// unless ClientOption.DisableRetry):
+// What Receive does when things change (unless ClientOption.DisableRetry,
+// and as of the versions named in the package documentation):
 //   - The connection breaks: Receive subscribes again on a new one, with
-//     backoff (at most 1 s), for as long as its context lasts; on Cluster
-//     it asks the slot map again first, so it follows a failover, and it
-//     follows MOVED. The subscription stays: messages published meanwhile
-//     are lost, which redlease's timers cover.
+//     backoff (at most 1 s), for as long as its context lasts. On Cluster
+//     each try goes to the node that the slot map names then, and the
+//     failure has the map refreshed in the background, so the
+//     subscription follows a failover; a MOVED answer is retried the same
+//     way. The subscription stays: messages published meanwhile are lost,
+//     which redlease's timers cover.
 //   - On Cluster the channel's slot moves to another node: the node sends
 //     sunsubscribe, Receive returns nil, and the subscription ends (Done).
 //   - The rueidis client is closed (ErrClosing), the server refuses the
@@ -49,7 +51,12 @@ type subscription struct {
 // Subscribe implements driver.Driver: it starts Receive on a goroutine of
 // the subscription's and returns once Redis has confirmed the subscription,
 // or with the error of Receive if it ended first, or with the error of ctx
-// (after closing the subscription) if ctx ended first.
+// if ctx ended first. Then it closes the subscription as Close does, with
+// ctx, which has ended: the goroutine ends as soon as Receive sees its
+// context cancelled (at once, unless rueidis is dialling), after Subscribe
+// has returned; and a SUBSCRIBE that was on its way is not undone (the
+// server delivers that channel to the connection, for nothing, until the
+// next UNSUBSCRIBE of it or the connection's end).
 func (d *rdriver) Subscribe(ctx context.Context, channel string, handle func(payload string)) (driver.Subscription, error) {
 	b := d.client.B()
 	var sub rueidis.Completed

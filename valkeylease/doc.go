@@ -1,0 +1,76 @@
+// Package valkeylease runs redlease on github.com/valkey-io/valkey-go: New
+// returns a redlease Client that takes leases through a valkey-go client,
+// and Driver returns the driver beneath it, for package fencing's
+// NewRedisGuardWithDriver, NewRedisStoreWithDriver and Script.RunWithDriver.
+// Any valkey-go client will do: a single server, Sentinel, or a cluster, of
+// Valkey or of Redis. valkey-go is a fork of rueidis, and this package is
+// github.com/redlease/redlease/rueidislease for it, line for line: a change
+// to one is a change to the other.
+//
+//	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"localhost:6379"}})
+//	if err != nil {
+//		return err
+//	}
+//	defer client.Close()
+//	locks := valkeylease.New(client, redlease.WithTTL(10*time.Second))
+//	defer locks.Close(ctx)
+//
+// The redlease Client does not close the valkey-go client; close the redlease
+// Client first (see Classify below).
+//
+// # What valkey-go does underneath (v1.0.80, as rueidis v1.0.79)
+//
+// Auto-pipelining, on by default (ClientOption.DisableAutoPipelining):
+// every non-blocking command, EVALSHA and EVAL included, goes on a
+// connection that the client's goroutines share (on a single server or
+// Sentinel, up to 2^PipelineMultiplex of them, 4 from GOMAXPROCS 4; one per
+// node on Cluster), and commands issued while others are in flight are
+// written together and their replies read in order. A command issued while
+// none is in flight is written at once. So concurrent lease operations
+// share round trips with no combiner of redlease's: the option
+// redlease.WithCombinedRequests has no effect here. Blocking commands
+// (WAIT among them) take a connection of a pool instead.
+//
+// Retries: valkey-go retries, on a network error or LOADING, only commands
+// that its command table marks read-only (and those made retryable with
+// ToRetryable, which this package never does); EVAL and EVALSHA are not,
+// so a script call is never sent twice on a network error
+// (ClientOption.DisableRetry turns even the read-only retries off). What
+// valkey-go does send again: on Cluster a call answered MOVED or ASK, to the
+// node named (the script did not run); with ClientOption.ConnLifetime, a
+// call that met the connection's expiry, on a new connection, and only
+// while the call's context has not ended (a call whose context has ended is
+// never written). Both are within what package driver allows.
+//
+// Deadlines: valkey-go ends a call at its context's deadline (whether it is
+// waiting to be written, on the network, or waiting for a pooled
+// connection), so this driver is no driver.DeadlineKeeper. One exception
+// is valkey-go's: its default queue (RUEIDIS_QUEUE_TYPE unset) does not
+// watch the context while the connection already has 1024 requests in
+// flight; if the server has stopped answering, the client gives the
+// connection up after about ClientOption.ConnWriteTimeout (10 s by
+// default), which ends that wait.
+//
+// Subscriptions (the wake-ups of waiters) use Client.Receive, one per
+// channel, which subscribes again by itself after a reconnect; see
+// Subscribe in subscribe.go for what ends one.
+//
+// No client-side caching: every call goes by Do and DoMulti, never DoCache.
+// A lease's state changes on the server, under scripts; only a round trip
+// tells it.
+//
+// Replies: valkey-go speaks RESP3, in which Redis sends a script's Lua false
+// as a boolean; the driver hands it to redlease as nil, and true as 1, as
+// a RESP2 client gets them. An error reply keeps its full text (valkey-go's
+// own error drops a leading "ERR "); it unwraps to *valkey.ValkeyError.
+//
+// Classify: an error reply is refused; a refused or failed dial, a slot
+// with no node, a closed valkey-go client (ErrClosing) are not sent;
+// anything else (a timeout, a reset connection, a context that ended while
+// the call was queued or on the network) may have reached Redis. valkey-go
+// also fails with ErrClosing the calls that a server has not answered a
+// second after the valkey-go client's Close began, though they were written.
+// (Unlike rueidis, valkey-go also reports as ErrClosing a MOVED or ASK reply
+// that comes while its cluster client closes: the call did not run, so not
+// sent is right there.)
+package valkeylease
