@@ -51,17 +51,20 @@ type Driver interface {
 	// received the script's writes (on Redis Cluster, c goes to the master
 	// that serves its first key). It returns the script's reply and the
 	// number of replicas that acknowledged (WAIT's reply). A failure of WAIT
-	// is the reply's error when the script itself succeeded. The request
+	// is the reply's error when the script itself succeeded. A MOVED or ASK
+	// answer is returned as the reply's error, not followed: following it
+	// alone would pair the script with another node's WAIT. The request
 	// takes up to timeout longer than a plain Eval: a Driver with a read
 	// timeout must allow for it.
 	EvalWait(ctx context.Context, c Call, replicas int, timeout time.Duration) (Reply, int64)
 
-	// Ping makes sure that the node that serves key answers, with a
-	// harmless request routed as a script call on key would be (EXISTS key,
-	// say). It may return nil without a round trip if the client knows that
-	// a connection to that node is open. redlease pings before an acquire
-	// that follows a request that got no answer, so that an acquire is not
-	// sent into an outage, where its outcome could only be unknown.
+	// Ping makes sure, with a round trip, that the master that serves key
+	// answers: a harmless request routed as a script call on key would be
+	// (EXISTS key, sent where a write would go: a client that takes EXISTS
+	// for a read may send it to a replica, or retry it). redlease pings
+	// before the first acquire of a Client and before an acquire that
+	// follows a request that got no answer, so that an acquire is not sent
+	// into an outage, where its outcome could only be unknown.
 	Ping(ctx context.Context, key string) error
 
 	// Scan calls fn with each batch of keys that SCAN with MATCH match and
@@ -89,6 +92,10 @@ type Driver interface {
 	Subscribe(ctx context.Context, channel string, handle func(payload string)) (Subscription, error)
 
 	// Classify tells what a failed request's error says of the request.
+	// Only a request that cannot have been written may be NotSent: a
+	// context error, which a client returns both before and after a request
+	// is written, is Unknown unless the driver knows better (it may wrap
+	// the error to say so).
 	Classify(err error) ErrorClass
 }
 
@@ -107,11 +114,15 @@ type Call struct {
 }
 
 // Reply is a script's reply, or the request's error. Value holds what the
-// script returned, as Redis converts it: an int64 for an integer, a string
-// for a bulk or status string, a []any of such values for an array, and nil
-// for a null (Lua's false or nil). An error reply (a script that raised an
-// error, NOSCRIPT) is Err, with the text of the reply without its leading '-'
-// as its message.
+// script returned, as Redis converts it for a RESP2 client: an int64 for an
+// integer (Lua's true is 1), a string for a bulk or status string, a []any
+// of such values for an array, and nil for a null (Lua's false or nil); a
+// RESP3 client's booleans must be converted so. An error reply (a script that
+// raised an error, NOSCRIPT) is Err, and its message must be the text of the
+// reply as the server sent it, less the leading '-': redlease reads the
+// error codes at its start (NOSCRIPT, LOADING, BUSY, "ERR max number of
+// clients reached"), so a driver whose client rewrites them (rueidis drops
+// a leading "ERR ") must restore them.
 type Reply struct {
 	Value any
 	Err   error
