@@ -10,7 +10,7 @@ replace (
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redis/rueidis v1.0.80
+	github.com/redis/rueidis v1.0.79
 	github.com/redlease/redlease v0.0.0-00010101000000-000000000000
 	github.com/redlease/redlease/rueidislease v0.0.0-00010101000000-000000000000
 	github.com/redlease/redlease/valkeylease v0.0.0-00010101000000-000000000000
