@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redlease/redlease/internal/wire"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -162,46 +161,17 @@ func redsyncImpl(name string, opts ...redsync.Option) impl {
 
 // ---- raw go-redis baselines ----
 
-// scripts are redlease's acquire and release scripts, read from the core
-// module's .lua files so the baseline runs exactly what redlease runs.
+// scripts are redlease's acquire, release and refresh scripts, as the
+// core's protocol layer has them, so the baseline runs exactly what
+// redlease runs.
 type scripts struct {
 	acquire, release, refresh *redis.Script
 }
 
-func loadScripts(root string) (*scripts, error) {
-	read := func(name string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(root, "lua", name))
-		return string(b), err
-	}
-	queue, err := read("queue.lua")
-	if err != nil {
-		return nil, err
-	}
-	// As scripts.go does: queue.lua goes in at the line '--#queue'.
-	withQueue := func(name string) (string, error) {
-		src, err := read(name)
-		if err != nil {
-			return "", err
-		}
-		before, after, ok := strings.Cut(src, "\n--#queue\n")
-		if !ok {
-			return "", fmt.Errorf("%s: no --#queue line", name)
-		}
-		return before + "\n" + queue + after, nil
-	}
-	acq, err := withQueue("acquire.lua")
-	if err != nil {
-		return nil, err
-	}
-	rel, err := withQueue("release.lua")
-	if err != nil {
-		return nil, err
-	}
-	ref, err := read("refresh.lua")
-	if err != nil {
-		return nil, err
-	}
-	return &scripts{acquire: redis.NewScript(acq), release: redis.NewScript(rel), refresh: redis.NewScript(ref)}, nil
+func loadScripts() *scripts {
+	src := func(name string) string { return wire.Named(name).Source() }
+	return &scripts{acquire: redis.NewScript(src("acquire.lua")), release: redis.NewScript(src("release.lua")),
+		refresh: redis.NewScript(src("refresh.lua"))}
 }
 
 // rawLocker runs redlease's two scripts by hand with EVALSHA: the floor that

@@ -36,7 +36,6 @@ func main() {
 	root := filepath.Join(filepath.Dir(file), "..")
 	var (
 		out     = flag.String("out", filepath.Join(root, "docs", "BENCHMARKS.md"), "where to write the report (- for stdout)")
-		srcDir  = flag.String("src", root, "directory of redlease's .lua scripts (the core module)")
 		bin     = flag.String("redis-server", "redis-server", "redis-server binary")
 		quick   = flag.Bool("quick", false, "a short run to check that everything works; its numbers mean little")
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
@@ -45,7 +44,7 @@ func main() {
 	)
 	flag.Parse()
 	redis.SetLogger(quietLogger{})
-	if err := run(*out, *srcDir, *bin, *quick, *maxHeld, strings.Split(*parts, ","), *rows); err != nil {
+	if err := run(*out, *bin, *quick, *maxHeld, strings.Split(*parts, ","), *rows); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -62,7 +61,7 @@ type plan struct {
 	scaleWindow       time.Duration
 }
 
-func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string, rows string) error {
+func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) error {
 	p := plan{pairs: 2000, pairRounds: 15, parDur: time.Second, parRounds: 7,
 		hotWant: 4000, hotLimit: 4 * time.Second, scales: []int{1_000, 10_000, 100_000}, scaleWindow: ttl}
 	if quick {
@@ -77,10 +76,7 @@ func run(out, srcDir, bin string, quick bool, maxHeld int, parts []string, rows 
 	}
 	p.scales = scales
 
-	s, err := loadScripts(srcDir)
-	if err != nil {
-		return fmt.Errorf("load redlease's scripts: %w", err)
-	}
+	s := loadScripts()
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return fmt.Errorf("%s not found: install redis-server (Debian: apt-get install -y redis-server)", bin)
