@@ -127,7 +127,7 @@ type acquisition struct {
 	cfg       *config
 	resources []string
 	owner     string // a random UUID
-	member    string // the owner's queue member, '<owner>/<client id>'; see lua/queue.lua
+	member    string // the owner's queue member, '<owner>/<client id>'; see internal/wire/lua/queue.lua
 	names     []wire.Keys
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue

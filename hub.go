@@ -16,7 +16,7 @@ import (
 
 // The hub: how the waiters of one Client are woken.
 //
-// A waiter queues itself in Redis (see lua/queue.lua) and sleeps (waiter.go). Release wakes
+// A waiter queues itself in Redis (see internal/wire/lua/queue.lua) and sleeps (waiter.go). Release wakes
 // the first live waiter only, by publishing its owner token on the wake
 // channel of the waiter's Client for that resource, <prefix>{R}:wake:<id>.
 // The hub subscribes each channel once for all the Client's waiters on it

@@ -310,7 +310,7 @@ func (c *config) validate() error {
 	case len(c.holder) > MaxHolder:
 		return invalidf("holder description of %d bytes is over MaxHolder (%d)", len(c.holder), MaxHolder)
 	case strings.IndexByte(c.holder, 0) >= 0:
-		// A NUL ends a lease value that a waiter marked (lua/acquire.lua).
+		// A NUL ends a lease value that a waiter marked (internal/wire/lua/acquire.lua).
 		return invalidf("holder description %q holds a NUL byte", c.holder)
 	case c.replicas < 0:
 		return invalidf("replica count %d is negative", c.replicas)
