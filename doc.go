@@ -67,8 +67,18 @@
 // fences may skip (the slot's other resources, and a first attempt that
 // found the lease busy, draw from the same counter); they only rise.
 // Versions before the per-slot counter kept one counter per resource:
-// Client.MigrateFences folds those in. Plain, Sentinel (failover) and
-// cluster go-redis clients all work.
+// Client.MigrateFences folds those in.
+//
+// # Clients
+//
+// New takes a go-redis client: plain, Sentinel (failover) or cluster. The
+// modules github.com/redlease/redlease/rueidislease and
+// github.com/redlease/redlease/valkeylease do the same for rueidis and
+// valkey-go, on package driver, the small interface that a client
+// implements for NewWithDriver. Beneath the lease logic, a protocol layer
+// holds the key layout, every script with the builder of its call and the
+// reader of its reply, and runs every script the one way (EVALSHA, then the
+// source after NOSCRIPT): the lease logic names no Redis command.
 //
 // # Guarantees
 //
