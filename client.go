@@ -297,12 +297,19 @@ func (c *Client) usable() error {
 	return nil
 }
 
-// validResource refuses a resource name whose keys cannot share a Cluster
-// hash slot (see internal/wire/keys.go).
+// MaxResourceName is the longest resource name, in bytes. Every guard of
+// package fencing takes every name a lease takes.
+const MaxResourceName = shared.MaxName
+
+// validResource refuses a resource name that is empty, over
+// MaxResourceName bytes, holds a NUL byte or is not valid UTF-8 (neither
+// travels in an HTTP header or a command's arguments), or whose keys cannot
+// share a Cluster hash slot (see internal/wire/keys.go).
 func validResource(r string) error {
+	if problem := shared.NameProblem(r, MaxResourceName); problem != "" {
+		return invalidf("%s", problem)
+	}
 	switch {
-	case r == "":
-		return invalidf("empty resource name")
 	case r[0] == '}':
 		// <prefix>{}...: an empty hash tag, so that on Redis Cluster the
 		// resource's keys would fall in different slots.

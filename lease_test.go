@@ -668,21 +668,22 @@ func warm(t testing.TB, c *Client) {
 	require.NoError(t, l.Release(context.Background()))
 }
 
-// A huge resource name makes a bounded error and log line. (A 1 MiB name
-// made a 1 MiB error.)
+// A long resource name makes a bounded error and log line: the longest a
+// lease takes, and a 1 MiB one that it refuses. (A 1 MiB name, which was
+// taken, made a 1 MiB error.)
 func TestHugeResourceNamesAreCutInMessages(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := New(rdb, WithLogger(logger))
 	ctx := t.Context()
-	huge := strings.Repeat("x", 1<<20)
+	huge := strings.Repeat("x", MaxResourceName)
 	l, err := c.TryAcquire(ctx, huge)
 	require.NoError(t, err)
 	_, err = c.TryAcquire(ctx, huge)
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.Less(t, len(err.Error()), 512, "the error is bounded")
-	require.Contains(t, err.Error(), "(1048576 bytes)")
+	require.Contains(t, err.Error(), "(1024 bytes)")
 	mr.Del(wire.Key(DefaultPrefix, huge, wire.KindLease))
 	err = l.Release(ctx)
 	require.ErrorIs(t, err, ErrLeaseLost)
@@ -690,9 +691,11 @@ func TestHugeResourceNamesAreCutInMessages(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		require.Less(t, len(line), 1024, "a log line is bounded")
 	}
-	_, err = c.TryAcquire(ctx, "}"+huge)
-	require.ErrorIs(t, err, ErrInvalidArgument)
-	require.Less(t, len(err.Error()), 512)
+	for _, bad := range []string{"}" + huge[1:], strings.Repeat("x", 1<<20)} {
+		_, err = c.TryAcquire(ctx, bad)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.Less(t, len(err.Error()), 512)
+	}
 }
 
 // Refresh sends no renewal once the lease has ended locally: one that waits

@@ -26,11 +26,9 @@ const (
 	HeaderFencingNewest = "Fencing-Newest"
 )
 
-// Limits of what HTTPGuard accepts in the headers, in bytes.
-const (
-	maxOwnerHeader    = 256
-	maxResourceHeader = 1024
-)
+// maxOwnerHeader is the longest owner HTTPGuard accepts in its header, in
+// bytes.
+const maxOwnerHeader = 256
 
 // SetHeaders sets the fencing headers of h to l's token: its fence,
 // resource (Key(l): for a semaphore's permit, the resource and the permit)
@@ -54,8 +52,9 @@ func SetHeaders(h http.Header, l *redlease.Lease) {
 //
 //   - 428 Precondition Required when a fencing header is missing or empty;
 //   - 400 Bad Request when one is malformed (a token that is not a decimal
-//     integer in 1..2^63-1, a header given twice, an owner over 256 bytes or a
-//     resource over 1024 bytes, a token the store cannot take) or names
+//     integer in 1..2^63-1, a header given twice, an owner over 256 bytes, a
+//     resource name that no lease has (over MaxResource bytes, a NUL byte,
+//     invalid UTF-8), a token the store cannot take) or names
 //     another resource than ResourceOf;
 //   - 409 Conflict when the token is stale, with HeaderFencingNewest;
 //   - 503 Service Unavailable when the store cannot answer.
@@ -161,8 +160,8 @@ func (g HTTPGuard) token(r *http.Request) (resource string, fence int64, owner s
 	if resource, herr = header(HeaderFencingResource, g.ResourceOf == nil); herr != nil {
 		return "", 0, "", herr
 	}
-	if len(resource) > maxResourceHeader {
-		return "", 0, "", badHeader("%s header is over %d bytes", HeaderFencingResource, maxResourceHeader)
+	if problem := shared.NameProblem(resource, MaxResource); problem != "" && resource != "" {
+		return "", 0, "", badHeader("%s header: %s", HeaderFencingResource, problem)
 	}
 	if g.ResourceOf != nil {
 		want := g.ResourceOf(r)

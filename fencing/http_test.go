@@ -177,7 +177,7 @@ func TestHTTPGuardRefusesBadHeaders(t *testing.T) {
 		{"two tokens", http.Header{"Fencing-Token": {"5", "6"}, "Fencing-Owner": {"o"}, "Fencing-Resource": {"r"}}, 400, "given 2 times"},
 		{"two owners", http.Header{"Fencing-Token": {"5"}, "Fencing-Owner": {"o", "p"}, "Fencing-Resource": {"r"}}, 400, "given 2 times"},
 		{"long owner", tokenHeaderText("r", "5", long), 400, "Fencing-Owner header is over 256 bytes"},
-		{"long resource", tokenHeaderText(long, "5", "o"), 400, "Fencing-Resource header is over 1024 bytes"},
+		{"long resource", tokenHeaderText(long, "5", "o"), 400, "Fencing-Resource header: resource name"},
 	}
 	for _, store := range []Store{&MemoryStore{}, redisStore} {
 		svc := &ledger{}

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/shared"
@@ -245,25 +244,25 @@ func (g *SQLGuard) Forget(ctx context.Context, tx SQLTx, resource string) error 
 	return nil
 }
 
-// MaxSQLResource is the longest resource name, in bytes, that the SQL
-// guards take: PostgreSQL refuses a B-tree index entry over 2704 bytes,
-// and the guard table's primary key is one.
-const MaxSQLResource = 2048
+// MaxResource is the longest resource name, in bytes, that every guard
+// takes: a lease's longest name (redlease.MaxResourceName) and a permit's
+// suffix in Key ("#1048575"), so that every key a lease can have is one a
+// guard takes. (PostgreSQL refuses a B-tree index entry over 2704 bytes,
+// and the SQL guard table's primary key is one.)
+const MaxResource = redlease.MaxResourceName + len("#1048575")
 
-// checkResource refuses, before any statement, a resource name that the SQL
-// guards cannot store in every dialect: empty, longer than MaxSQLResource,
-// not valid UTF-8 (PostgreSQL's UTF8 encoding refuses it), or holding a NUL
-// byte (PostgreSQL's text cannot hold one).
+// MaxSQLResource is MaxResource: the SQL guards and the others take the
+// same names.
+//
+// Deprecated: use MaxResource.
+const MaxSQLResource = MaxResource
+
+// checkResource refuses, before any statement or round trip, a resource
+// name that a lease could not have: empty, longer than MaxResource, holding
+// a NUL byte or not valid UTF-8 (PostgreSQL's text stores neither).
 func checkResource(resource string) error {
-	switch {
-	case resource == "":
-		return invalidf("empty resource name")
-	case len(resource) > MaxSQLResource:
-		return invalidf("resource name %s is over %d bytes, the most an SQL guard stores", quote(resource), MaxSQLResource)
-	case !utf8.ValidString(resource):
-		return invalidf("resource name %s is not valid UTF-8, which PostgreSQL cannot store", quote(resource))
-	case strings.IndexByte(resource, 0) >= 0:
-		return invalidf("resource name %s holds a NUL byte, which PostgreSQL cannot store", quote(resource))
+	if problem := shared.NameProblem(resource, MaxResource); problem != "" {
+		return invalidf("%s", problem)
 	}
 	return nil
 }

@@ -72,8 +72,8 @@ func (s *MemoryStore) Admit(ctx context.Context, resource string, fence int64, o
 	if s == nil {
 		return nil, invalidf("nil MemoryStore")
 	}
-	if resource == "" {
-		return nil, invalidf("empty resource name")
+	if err := checkResource(resource); err != nil {
+		return nil, err
 	}
 	if err := checkToken(fence, owner); err != nil {
 		return nil, err
@@ -171,8 +171,9 @@ func (s *RedisStore) Admit(ctx context.Context, resource string, fence int64, ow
 		return nil, invalidf("nil RedisStore")
 	case s.err != nil:
 		return nil, s.err
-	case resource == "":
-		return nil, invalidf("empty resource name")
+	}
+	if err := checkResource(resource); err != nil {
+		return nil, err
 	}
 	if _, err := runFenced(ctx, s.conn, admitScript.s, resource, s.record(resource), nil, fence, owner, nil); err != nil {
 		return nil, err
@@ -195,8 +196,9 @@ func (s *RedisStore) Forget(ctx context.Context, resource string) error {
 		return invalidf("nil RedisStore")
 	case s.err != nil:
 		return s.err
-	case resource == "":
-		return invalidf("empty resource name")
+	}
+	if err := checkResource(resource); err != nil {
+		return err
 	}
 	return forget(ctx, s.conn, resource, s.record(resource))
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxQuoted is the most bytes of a resource name that a message shows.
@@ -107,3 +108,25 @@ func Errorf(format string, args ...any) error {
 type trimmed struct{ err error }
 
 func (t trimmed) Error() string { return strings.TrimPrefix(t.err.Error(), prefix) }
+
+// MaxName is the longest resource name, in bytes, that a lease and every
+// guard take (redlease.MaxResourceName).
+const MaxName = 1024
+
+// NameProblem says what is wrong with a resource name whose longest
+// allowed length is max, "" if nothing: it may not be empty, longer than
+// max, hold a NUL byte or not be valid UTF-8 (neither travels in an HTTP
+// header or a command's arguments, and PostgreSQL's text stores neither).
+func NameProblem(name string, max int) string {
+	switch {
+	case name == "":
+		return "empty resource name"
+	case len(name) > max:
+		return fmt.Sprintf("resource name %s is over %d bytes", Quote(name), max)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Sprintf("resource name %s holds a NUL byte", Quote(name))
+	case !utf8.ValidString(name):
+		return fmt.Sprintf("resource name %s is not valid UTF-8", Quote(name))
+	}
+	return ""
+}
