@@ -322,11 +322,15 @@ func (e *unreachableError) Error() string { return e.err.Error() }
 func (e *unreachableError) Unwrap() error { return e.err }
 
 // classify is the driver's view of an attempt's error, except that an
-// attempt that never left (an unreachableError) was not sent.
+// attempt that never left (an unreachableError) was not sent, and one that
+// Redis refused for the name's kind (ErrWrongKind) was refused.
 func (a *acquisition) classify(err error) driver.ErrorClass {
 	var ue *unreachableError
-	if errors.As(err, &ue) {
+	switch {
+	case errors.As(err, &ue):
 		return driver.NotSent
+	case errors.Is(err, ErrWrongKind):
+		return driver.Refused
 	}
 	return a.c.conn.Classify(err)
 }

@@ -20,18 +20,25 @@ import (
 type Status struct {
 	// Resource is the resource's name.
 	Resource string
-	// Held says the resource's lease key exists.
+	// Held says that a lease of any kind holds the resource: its exclusive
+	// lease, a permit of its semaphore, its write lease or a read lease.
 	Held bool
-	// Owner, Fence and Holder are the holder's owner token, fence and
-	// description (WithHolder), parsed from the lease value
+	// Kind is the kind of lease the name is in use as (one name is one
+	// kind's: ErrWrongKind): "lease" while its exclusive lease is held,
+	// "semaphore" or "read/write" while leases of those kinds hold it or
+	// wait for it, "" when none does.
+	Kind string
+	// Owner, Fence and Holder are the exclusive lease's owner token, fence
+	// and description (WithHolder), parsed from the lease value
 	// "<owner>:<fence>[:<holder>]". A lease value of another form (not
-	// written by redlease) is all in Owner, with Fence 0.
+	// written by redlease) is all in Owner, with Fence 0. The holders of
+	// shared leases are in Shared.
 	Owner  string
 	Fence  int64
 	Holder string
-	// TTL is the time the lease has left: 0 when it is not held, -1 when the
-	// lease key has no expiry (not written by redlease; only an operator can
-	// remove it).
+	// TTL is the time the exclusive lease has left: 0 when it is not held,
+	// -1 when the lease key has no expiry (not written by redlease; only an
+	// operator can remove it).
 	TTL time.Duration
 	// LastFence is the fence counter the resource draws from: at least the
 	// newest fence drawn from it for the resource (the counter is its hash
@@ -122,7 +129,10 @@ func (c *Client) inspect(ctx context.Context, cfg *config, resources []string) (
 func statusOf(resource, counter string, w wire.Status) (Status, error) {
 	last, counterErr := wire.ParseCounter(counter, w.Counter)
 	st := Status{Resource: resource, LastFence: last, Waiters: w.Waiters, Permits: int(w.Permits)}
-	if w.PTTL != -2 { // the lease key exists
+	if kind, ok := wire.Mark(w.Value); ok && w.PTTL != -2 {
+		st.Kind, st.Held = kind, len(w.Holders) > 0
+	} else if w.PTTL != -2 { // the lease key exists
+		st.Kind = "lease"
 		st.setLease(w.Value, time.Duration(w.PTTL)*time.Millisecond)
 	}
 	for _, h := range w.Holders {
@@ -192,8 +202,8 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, seen
 	for i, st := range sts {
 		switch {
 		case !byQueue[i]:
-		case st.Held, seen[st.Resource]:
-			continue // reported through its lease, or another of its keys
+		case st.Kind != "", seen[st.Resource]:
+			continue // reported through its lease key, or another of its keys
 		default:
 			seen[st.Resource] = true
 		}

@@ -59,7 +59,7 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, mr.Set("redlease:{manual}:lease", "someone"))
 	st, err = c.Inspect(ctx, "manual")
 	require.NoError(t, err)
-	require.Equal(t, Status{Resource: "manual", Held: true, Owner: "someone", TTL: -1}, st)
+	require.Equal(t, Status{Resource: "manual", Held: true, Kind: "lease", Owner: "someone", TTL: -1}, st)
 
 	_, err = c.Inspect(ctx, "")
 	require.ErrorIs(t, err, ErrInvalidArgument)

@@ -66,6 +66,13 @@ var (
 
 	// ErrNoLeader is returned by Election.Leader when nobody leads.
 	ErrNoLeader = errors.New("redlease: no leader")
+
+	// ErrWrongKind means an acquire asked for a kind of lease (exclusive,
+	// semaphore, read/write) on a name that another kind holds or waits
+	// for: one name is one kind's at a time, enforced by Redis in the same
+	// step as the acquire. The message names both kinds. A name is free for
+	// another kind once the leases and waiters of its kind are gone.
+	ErrWrongKind = errors.New("redlease: wrong kind of lease for this name")
 )
 
 // errNoAnswer means that Redis did not answer whether it can be reached
@@ -137,7 +144,7 @@ func invalidf(format string, args ...any) error {
 
 // notAcquired is the error of an acquire of resource that ended with err.
 func notAcquired(resource string, err error) error {
-	if errors.Is(err, ErrNotAcquired) {
+	if errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrWrongKind) {
 		return err
 	}
 	return errorf("%w: %s: %w", ErrNotAcquired, quote(resource), err)

@@ -23,6 +23,13 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 		a.sent = true
 		a.queued = a.queued || a.wait
 	}
+	if kind, ok := wire.WrongKind(r.Err); ok {
+		which := quote(a.resources[0])
+		if len(a.resources) > 1 {
+			which = "one of " + which + " and the other resources"
+		}
+		return nil, errorf("%w: %s is in use as %s, not as %s", ErrWrongKind, which, kindOf(kind), a.kind)
+	}
 	if r.Err != nil {
 		return nil, r.Err
 	}

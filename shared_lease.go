@@ -33,6 +33,21 @@ type sharedLease struct {
 	permitArg string // permit, as the scripts take it
 }
 
+func (k leaseKind) String() string {
+	return [...]string{"an exclusive lease", "a semaphore", "read/write leases", "read/write leases"}[k]
+}
+
+// kindOf is the kind that a script's WRONGKIND reply names.
+func kindOf(name string) leaseKind {
+	switch name {
+	case "semaphore":
+		return kindPermit
+	case "read/write":
+		return kindWrite
+	}
+	return kindExclusive
+}
+
 // kind returns the lease's kind.
 func (l *Lease) kind() leaseKind {
 	if l.shared == nil {
@@ -164,11 +179,11 @@ func (l *Lease) refreshCall() wire.Call {
 	sk := l.shared.keys
 	switch l.shared.kind {
 	case kindPermit:
-		return wire.SemaphoreRefresh(sk, l.owner, l.shared.permitArg, l.cfg.ttlArg)
+		return wire.SemaphoreRefresh(&l.keys, sk, l.owner, l.shared.permitArg, l.cfg.ttlArg)
 	case kindRead:
-		return wire.ReadRefresh(sk, l.owner, l.cfg.ttlArg)
+		return wire.ReadRefresh(&l.keys, sk, l.owner, l.cfg.ttlArg)
 	}
-	return wire.Refresh(sk.Writer, l.owner, l.cfg.ttlArg) // kindWrite: refresh.lua on the writer key
+	return wire.WriteRefresh(&l.keys, sk, l.owner, l.cfg.ttlArg)
 }
 
 // releaseCallOf is the compare-and-release call of a lease of kind, on keys

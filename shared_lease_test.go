@@ -300,7 +300,9 @@ func TestIntegrationAdminOfSharedLeases(t *testing.T) {
 
 	st, err := c.Inspect(ctx, "pool")
 	require.NoError(t, err)
-	require.False(t, st.Held)
+	require.True(t, st.Held, "a permit holds it")
+	require.Equal(t, "semaphore", st.Kind)
+	require.Empty(t, st.Owner, "no exclusive lease")
 	require.Equal(t, 3, st.Permits)
 	require.Len(t, st.Shared, 2)
 	byPermit := map[int]Holder{}
@@ -314,6 +316,8 @@ func TestIntegrationAdminOfSharedLeases(t *testing.T) {
 
 	st, err = c.Inspect(ctx, "doc")
 	require.NoError(t, err)
+	require.True(t, st.Held, "a read lease holds it")
+	require.Equal(t, "read/write", st.Kind)
 	require.Equal(t, []Holder{{Kind: "read", Owner: r.Owner(), Fence: r.Fence(), Holder: "reader", TTL: st.Shared[0].TTL}}, st.Shared)
 
 	found := map[string]int{}

@@ -36,6 +36,21 @@ func Done(r driver.Reply) (bool, error) {
 	return n == 1, err
 }
 
+// WrongKind reports whether err is a script's refusal of a name that is
+// another kind's (the error reply 'WRONGKIND <kind>': see lua/queue.lua),
+// and which kind it is: "lease" (an exclusive lease), "semaphore" or
+// "read/write".
+func WrongKind(err error) (kind string, ok bool) {
+	if err == nil {
+		return "", false
+	}
+	return strings.CutPrefix(err.Error(), "WRONGKIND ")
+}
+
+// Mark reports whether a lease value is the mark of a kind of shared lease
+// that holds the name (see lua/queue.lua), and which kind.
+func Mark(value string) (kind string, ok bool) { return strings.CutPrefix(value, "\x01") }
+
 // BusyCause says what keeps a lease from being taken.
 type BusyCause uint8
 

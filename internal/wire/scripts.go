@@ -246,53 +246,61 @@ var (
 	//go:embed lua/rw_write_release.lua
 	writeReleaseSrc    string
 	writeReleaseScript = NewScript(withQueue(writeReleaseSrc))
+	//go:embed lua/rw_write_refresh.lua
+	writeRefreshSrc    string
+	writeRefreshScript = NewScript(withQueue(writeRefreshSrc))
 )
 
 // Semaphore is semaphore.lua's call: take one of permits permits.
 func Semaphore(k *Keys, sk *SharedKeys, owner, member, ttl string, wait, fair, queued bool, holder string, permits int, sharded bool) Call {
-	return newCall(semaphoreScript, 5, sk.Permits, sk.Holders, k.Fence, k.Queue, k.Alive,
+	return newCall(semaphoreScript, 6, sk.Permits, sk.Holders, k.Fence, k.Queue, k.Alive, k.Lease,
 		owner, ttl, timeoutArg(wait), Flag(fair), Flag(queued), member, holder, strconv.Itoa(permits),
 		k.Wake, Flag(sharded))
 }
 
 // Read is rw_read.lua's call: take a read lease.
 func Read(k *Keys, sk *SharedKeys, owner, member, ttl string, wait bool, holder string) Call {
-	return newCall(readScript, 7, sk.Writer, sk.Readers, sk.ReadInfo, k.Fence, k.Queue, k.Alive, sk.ReadQ,
+	return newCall(readScript, 8, sk.Writer, sk.Readers, sk.ReadInfo, k.Fence, k.Queue, k.Alive, sk.ReadQ, k.Lease,
 		owner, ttl, timeoutArg(wait), member, holder)
 }
 
 // Write is rw_write.lua's call: take the write lease.
 func Write(k *Keys, sk *SharedKeys, owner, member, ttl string, wait, fair, queued bool, holder string) Call {
-	return newCall(writeScript, 5, sk.Writer, sk.Readers, k.Fence, k.Queue, k.Alive,
+	return newCall(writeScript, 6, sk.Writer, sk.Readers, k.Fence, k.Queue, k.Alive, k.Lease,
 		owner, ttl, timeoutArg(wait), Flag(fair), Flag(queued), member, holder)
 }
 
 // SemaphoreRefresh is semaphore_refresh.lua's call: renew permit.
-func SemaphoreRefresh(sk *SharedKeys, owner, permit, ttl string) Call {
-	return newCall(semaphoreRefreshScript, 2, sk.Permits, sk.Holders, owner, permit, ttl)
+func SemaphoreRefresh(k *Keys, sk *SharedKeys, owner, permit, ttl string) Call {
+	return newCall(semaphoreRefreshScript, 3, sk.Permits, sk.Holders, k.Lease, owner, permit, ttl)
 }
 
 // ReadRefresh is rw_read_refresh.lua's call: renew a read lease.
-func ReadRefresh(sk *SharedKeys, owner, ttl string) Call {
-	return newCall(readRefreshScript, 2, sk.Readers, sk.ReadInfo, owner, ttl)
+func ReadRefresh(k *Keys, sk *SharedKeys, owner, ttl string) Call {
+	return newCall(readRefreshScript, 3, sk.Readers, sk.ReadInfo, k.Lease, owner, ttl)
+}
+
+// WriteRefresh is rw_write_refresh.lua's call: renew a write lease.
+func WriteRefresh(k *Keys, sk *SharedKeys, owner, ttl string) Call {
+	return newCall(writeRefreshScript, 2, sk.Writer, k.Lease, owner, ttl)
 }
 
 // SemaphoreRelease is semaphore_release.lua's call: permit is "" when the
 // owner does not know it, member "" for an owner that is not queued.
 func SemaphoreRelease(k *Keys, sk *SharedKeys, owner, permit, member string, sharded bool) Call {
-	return newCall(semaphoreReleaseScript, 4, sk.Permits, sk.Holders, k.Queue, k.Alive,
+	return newCall(semaphoreReleaseScript, 5, sk.Permits, sk.Holders, k.Queue, k.Alive, k.Lease,
 		owner, permit, k.Wake, Flag(sharded), member)
 }
 
 // ReadRelease is rw_read_release.lua's call.
 func ReadRelease(k *Keys, sk *SharedKeys, owner, member string, sharded bool) Call {
-	return newCall(readReleaseScript, 6, sk.Readers, k.Queue, k.Alive, sk.ReadQ, sk.ReadRel, sk.ReadInfo,
+	return newCall(readReleaseScript, 7, sk.Readers, k.Queue, k.Alive, sk.ReadQ, sk.ReadRel, sk.ReadInfo, k.Lease,
 		owner, k.Wake, Flag(sharded), member)
 }
 
 // WriteRelease is rw_write_release.lua's call.
 func WriteRelease(k *Keys, sk *SharedKeys, owner, member string, sharded bool) Call {
-	return newCall(writeReleaseScript, 5, sk.Writer, k.Queue, k.Alive, sk.WRel, sk.ReadQ,
+	return newCall(writeReleaseScript, 7, sk.Writer, k.Queue, k.Alive, sk.WRel, sk.ReadQ, sk.Readers, k.Lease,
 		owner, k.Wake, Flag(sharded), member)
 }
 
@@ -307,4 +315,5 @@ var named = map[string]*Script{
 	"counter.lua": counterScript, "semaphore.lua": semaphoreScript, "semaphore_refresh.lua": semaphoreRefreshScript,
 	"semaphore_release.lua": semaphoreReleaseScript, "rw_read.lua": readScript, "rw_read_refresh.lua": readRefreshScript,
 	"rw_read_release.lua": readReleaseScript, "rw_write.lua": writeScript, "rw_write_release.lua": writeReleaseScript,
+	"rw_write_refresh.lua": writeRefreshScript,
 }

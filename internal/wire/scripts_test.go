@@ -85,10 +85,11 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 		{"migrate.lua", []Call{Migrate(Key("p:", "r", KindFence), k.Fence)}},
 		{"counter.lua", []Call{Counter(k.Fence)}},
 		{"semaphore.lua", []Call{Semaphore(&k, sk, "o", "o/c", "1000", true, true, true, "h", 3, true)}},
-		{"semaphore_refresh.lua", []Call{SemaphoreRefresh(sk, "o", "2", "1000")}},
+		{"semaphore_refresh.lua", []Call{SemaphoreRefresh(&k, sk, "o", "2", "1000")}},
 		{"semaphore_release.lua", []Call{SemaphoreRelease(&k, sk, "o", "2", "o/c", true)}},
 		{"rw_read.lua", []Call{Read(&k, sk, "o", "o/c", "1000", true, "h")}},
-		{"rw_read_refresh.lua", []Call{ReadRefresh(sk, "o", "1000")}},
+		{"rw_read_refresh.lua", []Call{ReadRefresh(&k, sk, "o", "1000")}},
+		{"rw_write_refresh.lua", []Call{WriteRefresh(&k, sk, "o", "1000")}},
 		{"rw_read_release.lua", []Call{ReadRelease(&k, sk, "o", "o/c", true)}},
 		{"rw_write.lua", []Call{Write(&k, sk, "o", "o/c", "1000", true, true, true, "h")}},
 		{"rw_write_release.lua", []Call{WriteRelease(&k, sk, "o", "o/c", true)}},
@@ -121,7 +122,7 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 			}
 		})
 	}
-	if len(named) != 18 {
-		t.Errorf("%d scripts named, 18 checked", len(named))
+	if len(named) != 19 {
+		t.Errorf("%d scripts named, 19 checked", len(named))
 	}
 }

@@ -32,6 +32,8 @@
 -- is free but a fair acquire must let an earlier waiter go first); first is
 -- 1 if the owner is now the first live waiter in the queue; holder is the
 -- holder's description ('' if none).
+-- When the name is another kind's (its semaphore's or read/write leases are
+-- held or waited for: see queue.lua), the error reply 'WRONGKIND <kind>'.
 --
 -- A waiter that finds the lease busy marks it as waited for: a NUL byte at
 -- the end of its value, which the release script reads instead of looking
@@ -67,6 +69,9 @@ if not queued and not fair then
   end
 else
   cur = redis.call('GET', lease)
+end
+if cur and string.byte(cur, 1) == 1 then -- the name is another kind's (see queue.lua)
+  return redis.error_reply('WRONGKIND ' .. string.sub(cur, 2))
 end
 if cur and string.sub(cur, 1, #mine) == mine then
   redis.call('PEXPIRE', lease, ARGV[2])

@@ -19,13 +19,17 @@
 -- Returns {1, fence1, fence2, ...} when every lease is ours (newly taken, or
 -- already ours from an attempt whose reply was lost), each fence drawn from
 -- the slot's counter; or {0, pttl, first, i, holder} when resource i is held
--- by another owner (nothing is taken then), as in acquire.lua.
+-- by another owner (nothing is taken then), as in acquire.lua; the error
+-- reply 'WRONGKIND <kind>' when a name is another kind's (see queue.lua).
 --#queue
 local owner, member = ARGV[1], ARGV[5]
 local mine = owner .. ':'
 local n = #KEYS / 4
 for i = 1, n do
   local cur = redis.call('GET', KEYS[4 * i - 3])
+  if cur and string.byte(cur, 1) == 1 then -- another kind's (see queue.lua)
+    return redis.error_reply('WRONGKIND ' .. string.sub(cur, 2))
+  end
   if cur and string.sub(cur, 1, #mine) ~= mine then
     local queue, alive = KEYS[4 * i - 1], KEYS[4 * i]
     local timeout = tonumber(ARGV[3])

@@ -10,7 +10,9 @@
 -- leases that have that fence: the lease key, a semaphore's permit (its
 -- expiry becomes -1: free, and not mistaken for released by its holder), the
 -- write lease, a read lease; then wakes waiters as the holders' releases
--- would. The fence counter and the released markers are never touched, so
+-- would, and frees the name of its kind's mark once none of that kind's
+-- leases or waiters is left (see queue.lua). The fence counter and the
+-- released markers are never touched, so
 -- the next holder gets a larger fence than the removed one, and the removed
 -- holder's own Release reports a lost lease.
 --
@@ -29,7 +31,7 @@ local n = tonumber(redis.call('HGET', KEYS[6], 'n')) or 0
 local holders, removed = {}, 0
 local wakeOne, wakeRW = false, false
 
-if matches(cur) then
+if matches(cur) and string.byte(cur, 1) ~= 1 then -- an exclusive lease, not a mark (see queue.lua)
   redis.call('DEL', KEYS[1])
   removed = removed + 1
   wakeOne = true
@@ -78,5 +80,12 @@ if wakeRW then
       wake_readers(KEYS[10], ARGV[2], ARGV[3])
     end
   end
+end
+-- The name's mark goes with the last of its kind's leases and waiters.
+if cur and string.byte(cur, 1) == 1 then
+  local held = #redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf', 'LIMIT', 0, 1) > 0
+    or redis.call('EXISTS', KEYS[7]) == 1
+    or #redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'LIMIT', 0, 1) > 0
+  unmark(KEYS[1], string.sub(cur, 2), held, {KEYS[3], KEYS[10]})
 end
 return {cur or '', pttl, counter, waiters, n, holders, removed}

@@ -8,7 +8,9 @@
 --                                                 read/write leases (see rw_read.lua)
 --
 -- Returns {value, pttl, counter, waiters, permits, holders}: the lease value
--- ('' if none) and its PTTL in ms (-2 if none, -1 if it has no expiry), the
+-- ('' if none; the mark '\1<kind>' of the kind of lease that holds the name,
+-- when not an exclusive lease: see queue.lua) and its PTTL in ms (-2 if
+-- none, -1 if it has no expiry), the
 -- slot's fence counter as Redis holds it, a string ('0' if absent: Go
 -- checks it, see counter.lua), the number of queued waiters (readers
 -- included), the semaphore's number of permits (0 if none), and the live

@@ -108,3 +108,44 @@ local function grow(key, ttl)
     redis.call('PEXPIRE', key, ttl)
   end
 end
+
+-- One kind of lease per name. A resource's lease key holds its exclusive
+-- lease; while the resource's semaphore or read/write leases are held or
+-- waited for, it holds the mark '\1<kind>' instead ('\1semaphore',
+-- '\1read/write'; an owner token never starts with byte 1), for as long as
+-- the longest of them. An exclusive acquire then finds the name taken and
+-- answers WRONGKIND at no cost to its common case (acquire.lua), and a
+-- shared acquire finds an exclusive lease or another kind's mark here.
+
+-- claim returns nil if the name is free or kind's, and else the error reply
+-- 'WRONGKIND <the kind it is>' ('lease' for an exclusive lease).
+local function claim(lease, kind)
+  local cur = redis.call('GET', lease)
+  if not cur or cur == '\1' .. kind then
+    return nil
+  end
+  if string.byte(cur, 1) == 1 then
+    return redis.error_reply('WRONGKIND ' .. string.sub(cur, 2))
+  end
+  return redis.error_reply('WRONGKIND lease')
+end
+
+-- mark makes the name kind's for at least ms more, if it is free or
+-- kind's already (never another's lease, whose TTL it would lengthen).
+local function mark(lease, kind, ms)
+  local m = '\1' .. kind
+  if not redis.call('SET', lease, m, 'NX', 'PX', ms) and redis.call('GET', lease) == m then
+    grow(lease, ms)
+  end
+end
+
+-- unmark frees the name of kind's mark when none of its leases is held
+-- (held is false) and nobody waits in queues (a list of queue keys).
+local function unmark(lease, kind, held, queues)
+  if held or redis.call('EXISTS', unpack(queues)) > 0 then
+    return
+  end
+  if redis.call('GET', lease) == '\1' .. kind then
+    redis.call('DEL', lease)
+  end
+end

@@ -1,9 +1,8 @@
 -- refresh: compare-and-renew. Extends the lease to the full TTL only while it is ours.
 -- Model: model/redlease.pml, inline refresh_lua; a change here is a change there (docs/MODEL.md).
 --
--- KEYS[1]  lease key  <prefix>{<resource>}:lease, or for a write lease its
---          writer key  <prefix>{<resource>}:writer (Lease.refreshCall in
---          shared_lease.go); both hold "<owner>:<fence>[:<holder>]"
+-- KEYS[1]  lease key  <prefix>{<resource>}:lease  "<owner>:<fence>[:<holder>]"
+--          (a write lease is renewed by rw_write_refresh.lua)
 -- ARGV[1]  owner token
 -- ARGV[2]  TTL in milliseconds
 --

@@ -10,6 +10,7 @@
 -- KEYS[5] queue, KEYS[6] alive: the waiting writers (see queue.lua)
 -- KEYS[7] readq     <prefix>{<resource>}:readq     ZSET member -> deadline, server ms:
 --                   the waiting readers, woken together by a writer's release
+-- KEYS[8] lease     <prefix>{<resource>}:lease     the name's kind (see queue.lua)
 -- ARGV[1] owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not wait)
 -- ARGV[4] the owner's queue member   ARGV[5] holder description
 --
@@ -21,16 +22,23 @@
 -- read lease (newly, or from an attempt whose reply was lost), or
 -- {0, pttl, first, holder}: pttl the writer's time left (0 while a writer
 -- waits), first 1 when the reader should wake at pttl, holder the writer's
--- description.
+-- description; the error reply 'WRONGKIND <kind>' when the name is another
+-- kind's (see queue.lua).
 --#queue
 local owner, ttl, member = ARGV[1], tonumber(ARGV[2]), ARGV[4]
 local now = now_ms()
+
+local wrong = claim(KEYS[8], 'read/write')
+if wrong then
+  return wrong
+end
 
 local exp = tonumber(redis.call('ZSCORE', KEYS[2], owner))
 if exp and exp > now then
   redis.call('ZADD', KEYS[2], now + ttl, owner)
   grow(KEYS[2], ttl)
   grow(KEYS[3], ttl)
+  mark(KEYS[8], 'read/write', ttl)
   return {1, tonumber(string.match(redis.call('HGET', KEYS[3], owner) or '0', '^%d+'))}
 end
 
@@ -39,6 +47,7 @@ local function busy(pttl, wake, holder)
   if timeout > 0 then
     redis.call('ZADD', KEYS[7], now + timeout, member)
     grow(KEYS[7], timeout)
+    mark(KEYS[8], 'read/write', timeout)
   end
   return {0, pttl, wake, holder or ''}
 end
@@ -65,4 +74,5 @@ redis.call('HSET', KEYS[3], owner, info)
 redis.call('ZREM', KEYS[7], member)
 grow(KEYS[2], ttl)
 grow(KEYS[3], ttl)
+mark(KEYS[8], 'read/write', ttl)
 return {1, fence}

@@ -2,7 +2,7 @@
 -- inserted at '--#queue', for its clock and grow.)
 -- Go: Lease.refreshCall in shared_lease.go.
 --
--- KEYS[1] readers, KEYS[2] readinfo (see rw_read.lua)
+-- KEYS[1] readers, KEYS[2] readinfo, KEYS[3] lease: the name's kind (see rw_read.lua)
 -- ARGV[1] owner token   ARGV[2] TTL in ms
 --
 -- Returns 1 if the owner's read lease was unexpired and now has the full
@@ -13,6 +13,7 @@ if exp and exp > now_ms() then
   redis.call('ZADD', KEYS[1], 'XX', now_ms() + tonumber(ARGV[2]), ARGV[1])
   grow(KEYS[1], ARGV[2])
   grow(KEYS[2], ARGV[2])
+  mark(KEYS[3], 'read/write', ARGV[2])
   return 1
 end
 return 0

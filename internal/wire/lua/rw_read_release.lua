@@ -8,6 +8,8 @@
 --                  read lease had when released: recognises a retried
 --                  release for the time the lease had left
 -- KEYS[6] readinfo (see rw_read.lua): the owner's entry goes with it
+-- KEYS[7] lease: the name's kind, free again once no read or write lease is
+--         held and nobody waits (see queue.lua)
 -- ARGV[1] owner token   ARGV[2] wake channel   ARGV[3] '1' on Cluster
 -- ARGV[4] the owner's reader-queue member if it may be waiting, else ''
 --
@@ -35,8 +37,12 @@ if ARGV[4] ~= '' then
 end
 if released == 1 then
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if not last[2] or tonumber(last[2]) <= now_ms() then
+  local readers = last[2] and tonumber(last[2]) > now_ms()
+  if not readers then
     wake(KEYS[2], KEYS[3], ARGV[2], ARGV[3])
   end
+  -- The writer key is not this call's: a write lease holds the name's mark
+  -- for as long as it lives, so only readers and waiters count here.
+  unmark(KEYS[7], 'read/write', readers, {KEYS[2], KEYS[4]})
 end
 return math.min(released, 1)

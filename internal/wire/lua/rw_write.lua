@@ -3,7 +3,8 @@
 -- Go: acquisition.attempt in grant.go, shared_lease.go.
 --
 -- KEYS[1] writer, KEYS[2] readers (see rw_read.lua), KEYS[3] fence,
--- KEYS[4] queue, KEYS[5] alive (the waiting writers, see queue.lua)
+-- KEYS[4] queue, KEYS[5] alive (the waiting writers, see queue.lua),
+-- KEYS[6] lease: the name's kind (see queue.lua)
 -- ARGV[1] owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not queue)
 -- ARGV[4] '1' for fair   ARGV[5] '1' if the owner may be queued (not, as in
 --         acquire.lua, 'not the first attempt': the write lease is checked
@@ -13,15 +14,22 @@
 -- As acquire.lua, on the writer key, and busy while a reader's lease is
 -- unexpired: a waiting writer queues, which stops new readers (see
 -- rw_read.lua). Replies as acquire.lua: the fence, or {pttl, first, holder}
--- ({pttl, first, '', 'readers'} while readers hold it).
+-- ({pttl, first, '', 'readers'} while readers hold it); the error reply
+-- 'WRONGKIND <kind>' when the name is another kind's (see queue.lua).
 --#queue
 local lease, owner, member = KEYS[1], ARGV[1], ARGV[6]
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
 
+local wrong = claim(KEYS[6], 'read/write')
+if wrong then
+  return wrong
+end
+
 local cur = redis.call('GET', lease)
 if cur and string.sub(cur, 1, #mine) == mine then
   redis.call('PEXPIRE', lease, ARGV[2])
+  mark(KEYS[6], 'read/write', ARGV[2])
   return tonumber(string.match(cur, '^%d+', #mine + 1))
 end
 
@@ -29,6 +37,7 @@ local function busy(pttl, holder)
   local timeout = tonumber(ARGV[3])
   if timeout > 0 then
     enqueue(KEYS[4], KEYS[5], member, timeout)
+    mark(KEYS[6], 'read/write', timeout)
     queued = true
   end
   local head = 0
@@ -62,4 +71,5 @@ if ARGV[7] ~= '' then
   value = value .. ':' .. ARGV[7]
 end
 redis.call('SET', lease, value, 'PX', ARGV[2])
+mark(KEYS[6], 'read/write', ARGV[2])
 return fence

@@ -4,7 +4,10 @@
 --
 -- KEYS[1] writer, KEYS[2] queue, KEYS[3] alive (the waiting writers),
 -- KEYS[4] released  <prefix>{<resource>}:wreleased  the last released write lease
--- KEYS[5] readq (the waiting readers)
+-- KEYS[5] readq (the waiting readers),
+-- KEYS[6] readers (see rw_read.lua), KEYS[7] lease: the name's kind, free
+--         again once no read or write lease is held and nobody waits (see
+--         queue.lua)
 -- ARGV[1] owner token   ARGV[2] wake channel   ARGV[3] '1' on Cluster
 -- ARGV[4] the owner's queue member if it may be waiting, else ''
 --
@@ -37,5 +40,8 @@ if deleted == 1 or (left == 1 and not cur) then
   else
     wake_readers(KEYS[5], ARGV[2], ARGV[3])
   end
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  local held = redis.call('EXISTS', KEYS[1]) == 1 or (last[2] and tonumber(last[2]) > now_ms())
+  unmark(KEYS[7], 'read/write', held, {KEYS[2], KEYS[5]})
 end
 return math.min(deleted, 1)

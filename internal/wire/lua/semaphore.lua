@@ -10,6 +10,8 @@
 --                   holder (see semaphore_release.lua), 'n' -> N
 -- KEYS[3]  fence    <prefix>{<t>}:fences  the counter of the resource's hash slot
 -- KEYS[4]  queue, KEYS[5] alive: the waiters (see queue.lua)
+-- KEYS[6]  lease    <prefix>{<resource>}:lease  the name's kind: a semaphore's
+--                   mark while permits are held or waited for (see queue.lua)
 -- ARGV[1]  owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not queue)
 -- ARGV[4]  '1' for fair  ARGV[5] '1' if the owner may be queued
 -- ARGV[6]  the owner's queue member   ARGV[7] holder description   ARGV[8] N
@@ -26,13 +28,19 @@
 -- from an attempt whose reply was lost); {0, pttl, first, ''} when all N are
 -- held (pttl: until the first expires); {-1, M} when the resource is in use
 -- with M permits, not N, and some permit is held (once none is, N may
--- change).
+-- change); the error reply 'WRONGKIND <kind>' when the name is another
+-- kind's ('lease': an exclusive lease holds it; see queue.lua).
 --#queue
 local permits, holders = KEYS[1], KEYS[2]
 local owner, ttl, member, n = ARGV[1], tonumber(ARGV[2]), ARGV[6], tonumber(ARGV[8])
 local mine = owner .. ':'
 local queued = ARGV[5] == '1'
 local now = now_ms()
+
+local wrong = claim(KEYS[6], 'semaphore')
+if wrong then
+  return wrong
+end
 
 local known = tonumber(redis.call('HGET', holders, 'n'))
 if known and known ~= n then
@@ -55,6 +63,7 @@ local function hold(p, value)
   redis.call('HSET', holders, p, value, 'o:' .. owner, p, 'n', n)
   grow(permits, ttl)
   grow(holders, ttl)
+  mark(KEYS[6], 'semaphore', ttl)
 end
 
 local had = redis.call('HGET', holders, 'o:' .. owner)
@@ -89,6 +98,7 @@ if not p or (ARGV[4] == '1' and head and head ~= member) then
   local timeout = tonumber(ARGV[3])
   if timeout > 0 then
     enqueue(KEYS[4], KEYS[5], member, timeout)
+    mark(KEYS[6], 'semaphore', timeout)
     queued = true
   end
   local isfirst = 0

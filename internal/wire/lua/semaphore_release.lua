@@ -2,7 +2,9 @@
 -- waiter. (queue.lua is inserted at '--#queue'.)
 -- Go: Lease.releaseCall in shared_lease.go.
 --
--- KEYS[1] permits, KEYS[2] holders (see semaphore.lua), KEYS[3] queue, KEYS[4] alive
+-- KEYS[1] permits, KEYS[2] holders (see semaphore.lua), KEYS[3] queue, KEYS[4] alive,
+-- KEYS[5] lease: the name's kind, free again once no permit is held and
+--         nobody waits (see queue.lua)
 -- ARGV[1] owner token   ARGV[2] the permit ('' if the owner does not know
 --         it: an acquire of unknown outcome giving up; the holders hash says)
 -- ARGV[3] wake channel <prefix>{<resource>}:wake   ARGV[4] '1' on Cluster
@@ -48,5 +50,9 @@ if ARGV[5] ~= '' then
 end
 if released == 1 or left == 1 then
   wake(KEYS[3], KEYS[4], ARGV[3], ARGV[4])
+end
+if released == 1 or left == 1 then
+  local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms(), '+inf', 'LIMIT', 0, 1)
+  unmark(KEYS[5], 'semaphore', #live > 0, {KEYS[3]})
 end
 return math.min(released, 1)
