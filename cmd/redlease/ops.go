@@ -123,7 +123,7 @@ func listCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	var sts []redlease.Status
 	err = s.locks.Scan(ctx, fs.Arg(0), func(st redlease.Status) error {
-		if !*held || st.Held || len(st.Shared) > 0 {
+		if !*held || st.Held {
 			sts = append(sts, st)
 		}
 		return nil

@@ -198,7 +198,7 @@ func TestSemaphoreRuns(t *testing.T) {
 
 	st := c.statusOf(t, "pool")
 	require.Equal(t, 2, st.Permits)
-	require.False(t, st.Held)
+	require.True(t, st.Held, "held by its permits")
 	require.Len(t, st.Holders, 2)
 	for i, hj := range st.Holders {
 		require.Equal(t, "permit", hj.Kind)

@@ -23,7 +23,8 @@ const holderWidth = 60
 // statusJSON is one resource in -json output.
 type statusJSON struct {
 	Resource  string       `json:"resource"`
-	Held      bool         `json:"held"` // the (exclusive) lease; shared leases are in Holders
+	Held      bool         `json:"held"`           // by a lease of any kind: its holders are in Holders
+	Kind      string       `json:"kind,omitempty"` // "lease", "semaphore" or "read/write" (redlease.Status.Kind)
 	Owner     string       `json:"owner,omitempty"`
 	Fence     int64        `json:"fence,omitempty"`
 	Holder    string       `json:"holder,omitempty"`
@@ -53,7 +54,7 @@ func ttlMS(d time.Duration) int64 {
 }
 
 func toJSON(st redlease.Status) statusJSON {
-	out := statusJSON{Resource: st.Resource, Held: st.Held, Owner: st.Owner, Fence: st.Fence, Holder: st.Holder,
+	out := statusJSON{Resource: st.Resource, Held: st.Held, Kind: st.Kind, Owner: st.Owner, Fence: st.Fence, Holder: st.Holder,
 		TTLMS: ttlMS(st.TTL), LastFence: st.LastFence, Waiters: st.Waiters, Permits: st.Permits,
 		Holders: []holderJSON{}}
 	for _, h := range sortedHolders(st) {
@@ -85,7 +86,7 @@ func sortedHolders(st redlease.Status) []redlease.Holder {
 // leaseOf returns st's exclusive lease as a Holder of kind "lease", and
 // whether it is held.
 func leaseOf(st redlease.Status) (redlease.Holder, bool) {
-	return redlease.Holder{Kind: "lease", Owner: st.Owner, Fence: st.Fence, Holder: st.Holder, TTL: st.TTL}, st.Held
+	return redlease.Holder{Kind: "lease", Owner: st.Owner, Fence: st.Fence, Holder: st.Holder, TTL: st.TTL}, st.Kind == "lease"
 }
 
 // holdersOf returns every holder of st: its lease first, then the holders
