@@ -43,7 +43,10 @@
 //     own and checks inside the writer's transaction; RowGuard is the
 //     per-row pattern, a fence column in each row and a conditional UPDATE
 //     whose zero rows affected Verify explains (ErrNoRowMatched or a stale
-//     fence). PostgreSQL and SQLite; not MySQL (see SQLDialect).
+//     fence). PostgreSQL and SQLite; not MySQL (see SQLDialect). The SQL
+//     guards use database/sql and import no driver; their runnable
+//     examples, on SQLite, are in the tests module (Example_sqlGuard and
+//     Example_rowGuard in github.com/redlease/redlease/tests).
 //   - Redis: RedisGuard's Set and Del, and Script for any other write,
 //     run the check and the write in one Lua script, on the data's Redis.
 //   - HTTP: HTTPGuard is middleware that admits a request by its fencing

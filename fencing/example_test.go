@@ -2,7 +2,6 @@ package fencing_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -11,13 +10,15 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
 )
+
+// The examples of the SQL guards, SQLGuard and RowGuard, need an SQL driver,
+// which this module does not require: they are Example_sqlGuard and
+// Example_rowGuard in the tests module (tests/fencing_example_test.go).
 
 // exampleRedis starts an embedded Redis for an example.
 func exampleRedis() (redis.UniversalClient, func()) {
@@ -41,113 +42,6 @@ func check(err error) {
 	if err != nil {
 		log.Fatal(err)
 	}
-}
-
-// exampleSQLite opens an in-memory SQLite database (one connection, so that
-// every statement sees the same database).
-func exampleSQLite() *sql.DB {
-	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		log.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	return db
-}
-
-// Check the lease's fence first, in the same transaction as the write it
-// protects: the guard's row lock then orders fenced transactions, and a stale
-// holder's write is never committed.
-func ExampleSQLGuard() {
-	rdb, stop := exampleRedis()
-	defer stop()
-	db := exampleSQLite()
-	defer db.Close()
-	ctx := context.Background()
-	locks := redlease.New(rdb)
-
-	guard, err := fencing.NewSQLGuard(fencing.DialectSQLite, "fence_guard")
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := guard.CreateTable(ctx, db); err != nil {
-		log.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, "CREATE TABLE charges (invoice TEXT, fence INTEGER)"); err != nil {
-		log.Fatal(err)
-	}
-
-	pay := func(lease *redlease.Lease) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		if err := guard.Check(ctx, tx, lease.Resource(), lease.Fence(), lease.Owner()); err != nil {
-			return err // errors.Is(err, fencing.ErrStaleFence): roll back, write nothing
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO charges VALUES (?, ?)", "42", lease.Fence()); err != nil {
-			return err
-		}
-		return tx.Commit()
-	}
-
-	a := acquire(ctx, locks, "invoice:42")
-	check(a.Release(ctx)) // stands in for A pausing past its TTL
-	b := acquire(ctx, locks, "invoice:42")
-	defer b.Release(ctx)
-
-	fmt.Println("B:", pay(b))
-	err = pay(a)
-	fmt.Println("A:", err)
-	var stale *fencing.StaleFenceError
-	if errors.As(err, &stale) {
-		fmt.Println("newest accepted:", stale.Newest)
-	}
-	var charges int
-	check(db.QueryRowContext(ctx, "SELECT COUNT(*) FROM charges").Scan(&charges))
-	fmt.Println("charges:", charges)
-	// Output:
-	// B: <nil>
-	// A: redlease: stale fence 1 for "invoice:42": newest accepted is 2
-	// newest accepted: 2
-	// charges: 1
-}
-
-// The per-row pattern: the row keeps the fence of its last write, and the
-// fenced UPDATE is the check. When it changes nothing, Verify says why.
-func ExampleRowGuard() {
-	db := exampleSQLite()
-	defer db.Close()
-	ctx := context.Background()
-	_, err := db.ExecContext(ctx, `CREATE TABLE invoices (id INTEGER PRIMARY KEY, state TEXT NOT NULL,
-		last_fence INTEGER NOT NULL DEFAULT 0, last_owner TEXT NOT NULL DEFAULT '');
-		INSERT INTO invoices (id, state) VALUES (42, 'pending')`)
-	if err != nil {
-		log.Fatal(err)
-	}
-	rows, err := fencing.NewRowGuard(fencing.DialectSQLite, "invoices", "id", "last_fence", "last_owner")
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	pay := func(id, fence int64, owner string) error {
-		res, err := db.ExecContext(ctx, `UPDATE invoices SET state = 'paid', last_fence = ?2, last_owner = ?3
-			WHERE id = ?1 AND state = 'pending' AND `+rows.Cond(2), id, fence, owner)
-		if err != nil {
-			return err
-		}
-		return rows.Verify(ctx, db, res, id, fence, owner)
-	}
-
-	fmt.Println("B, fence 34:", pay(42, 34, "owner-B"))
-	fmt.Println("A, fence 33:", pay(42, 33, "owner-A"))
-	fmt.Println("B again:", pay(42, 34, "owner-B"))
-	fmt.Println("no such invoice:", pay(7, 35, "owner-C"))
-	// Output:
-	// B, fence 34: <nil>
-	// A, fence 33: redlease: stale fence 33 for "invoices/42": newest accepted is 34
-	// B again: redlease: no row matched: row 42 of invoices is not in the state the update requires
-	// no such invoice: redlease: no row matched: invoices has no row 7
 }
 
 // Fenced writes to data kept in Redis: the check and the write are one

@@ -15,13 +15,22 @@ import (
 // the fence (and the owner) of the last write accepted on it, and each write
 // is a conditional UPDATE that admits only a fence the rule allows:
 //
-//	UPDATE invoices SET state = 'paid', last_fence = $2, last_owner = $3
-//	WHERE id = $1 AND state = 'pending' AND <Cond(2)>
+//	rows, err := fencing.NewRowGuard(fencing.DialectPostgres, "invoices", "id", "last_fence", "last_owner")
+//	...
+//	res, err := db.ExecContext(ctx, `UPDATE invoices SET state = 'paid', last_fence = $2, last_owner = $3
+//		WHERE id = $1 AND state = 'pending' AND `+rows.Cond(2), id, lease.Fence(), lease.Owner())
+//	if err != nil {
+//		return err
+//	}
+//	return rows.Verify(ctx, db, res, id, lease.Fence(), lease.Owner())
 //
 // It needs no extra table and no transaction: the UPDATE is the check. But
 // when it changes no row, that alone does not say why; Verify tells a stale
 // fence (*StaleFenceError) apart from a missing row or a row in another state
-// (ErrNoRowMatched). Zero rows affected is never success.
+// (ErrNoRowMatched). Zero rows affected is never success. A runnable example,
+// on SQLite, is Example_rowGuard in the tests module
+// (github.com/redlease/redlease/tests, file fencing_example_test.go): it
+// needs an SQL driver, which this module does not require.
 //
 // The fence column must be NOT NULL DEFAULT 0, the owner column NOT NULL
 // DEFAULT ”. With no owner column the guard is strict, as in the classic

@@ -104,10 +104,29 @@ var (
 //
 // The guarantee holds only for writes made in the same transaction as Check,
 // committed after it, on the same database. Call Check first, before the
-// writes it protects, and roll back on any error from it. Under SQLite every
-// write transaction holds the database's write lock, which serialises them
-// anyway; begin them with BEGIN IMMEDIATE (modernc.org/sqlite: _txlock=immediate)
-// so that they queue on busy_timeout instead of failing to upgrade a read lock.
+// writes it protects, and roll back on any error from it:
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	if err != nil {
+//		return err
+//	}
+//	defer tx.Rollback()
+//	if err := guard.Check(ctx, tx, lease.Resource(), lease.Fence(), lease.Owner()); err != nil {
+//		return err // errors.Is(err, fencing.ErrStaleFence): write nothing
+//	}
+//	if _, err := tx.ExecContext(ctx, "INSERT INTO charges VALUES ($1, $2)", "42", lease.Fence()); err != nil {
+//		return err
+//	}
+//	return tx.Commit()
+//
+// Under SQLite every write transaction holds the database's write lock,
+// which serialises them anyway; begin them with BEGIN IMMEDIATE
+// (modernc.org/sqlite: _txlock=immediate) so that they queue on busy_timeout
+// instead of failing to upgrade a read lock.
+//
+// A runnable example, on SQLite, is Example_sqlGuard in the tests module
+// (github.com/redlease/redlease/tests, file fencing_example_test.go): it
+// needs an SQL driver, which this module does not require.
 //
 // The zero value is not usable; call NewSQLGuard. An SQLGuard is safe for
 // concurrent use.

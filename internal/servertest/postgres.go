@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -17,9 +18,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib"
 )
+
+// pgDriver is the database/sql driver that Postgres opens connections with;
+// the test binary registers it (see Postgres).
+const pgDriver = "pgx"
 
 // errNoPostgres means no PostgreSQL binaries were found.
 var errNoPostgres = errors.New("PostgreSQL binaries (initdb, postgres) not found")
@@ -34,12 +37,21 @@ var pgShared struct {
 	dbs  atomic.Int64
 }
 
-// Postgres returns a pool of connections (pgx driver) to a new, empty
-// database on a PostgreSQL server listening on a free loopback port, closed
-// when the test ends. Missing binaries skip the test, or fail it when
+// Postgres returns a pool of connections to a new, empty database on a
+// PostgreSQL server listening on a free loopback port, closed when the test
+// ends. Missing binaries skip the test, or fail it when
 // REDLEASE_REQUIRE_SERVERS is set.
+//
+// The pool uses the database/sql driver "pgx", which the test binary must
+// register by importing github.com/jackc/pgx/v5/stdlib; servertest does not
+// import it, so that the core module does not require pgx. Without it,
+// Postgres fails the test before starting a server.
 func Postgres(t testing.TB) *sql.DB {
 	t.Helper()
+	if !slices.Contains(sql.Drivers(), pgDriver) {
+		t.Fatalf("servertest.Postgres: no database/sql driver %q registered; "+
+			"import _ \"github.com/jackc/pgx/v5/stdlib\" in the test binary", pgDriver)
+	}
 	pgShared.once.Do(func() { pgShared.addr, pgShared.err = launchPostgres() })
 	switch {
 	case errors.Is(pgShared.err, errNoPostgres):
@@ -58,7 +70,7 @@ func Postgres(t testing.TB) *sql.DB {
 
 func openPostgres(t testing.TB, dbname string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", pgShared.addr, dbname))
+	db, err := sql.Open(pgDriver, fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", pgShared.addr, dbname))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +198,7 @@ func postgresUser() (*syscall.Credential, error) {
 // waitPostgres polls addr until PostgreSQL accepts a query, postgres exits, or
 // limit passes.
 func waitPostgres(addr string, exited <-chan struct{}, limit time.Duration) error {
-	db, err := sql.Open("pgx", fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2", addr))
+	db, err := sql.Open(pgDriver, fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2", addr))
 	if err != nil {
 		return err
 	}

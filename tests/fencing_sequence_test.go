@@ -1,4 +1,4 @@
-package fencing
+package tests
 
 import (
 	"strings"
@@ -6,28 +6,29 @@ import (
 	"time"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/fencing"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
 )
 
-// A PostgreSQL sequence as the fence source: fences keep rising across a
-// Redis restart that loses the counter.
+// A PostgreSQL sequence (fencing.Sequence) as the fence source: fences keep
+// rising across a Redis restart that loses the counter.
 func TestIntegrationSequenceFencesSurviveRedisRestart(t *testing.T) {
 	db := servertest.Postgres(t)
 	lock := servertest.Redis(t)
 	ctx := t.Context()
-	src, err := NewSequence(db, "redlease_fences")
+	src, err := fencing.NewSequence(db, "redlease_fences")
 	require.NoError(t, err)
 	require.NoError(t, src.Create(ctx))
 	for _, bad := range []string{"fences; DROP TABLE x", strings.Repeat("s", 64), "public." + strings.Repeat("s", 64), ""} {
-		_, err = NewSequence(db, bad)
+		_, err = fencing.NewSequence(db, bad)
 		require.ErrorIs(t, err, redlease.ErrInvalidArgument, "%q", bad)
 	}
-	_, err = NewSequence(nil, "s")
+	_, err = fencing.NewSequence(nil, "s")
 	require.ErrorIs(t, err, redlease.ErrInvalidArgument)
 	// A reserved word is a valid name: it is quoted, in lower case as
 	// PostgreSQL would fold it unquoted.
-	reserved, err := NewSequence(db, "User")
+	reserved, err := fencing.NewSequence(db, "User")
 	require.NoError(t, err)
 	require.NoError(t, reserved.Create(ctx))
 	n, err := reserved.NextFence(ctx, "r")
