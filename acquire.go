@@ -298,7 +298,10 @@ func (a *acquisition) try(ctx context.Context) ([]*Lease, error) {
 			}
 			return nil, err
 		}
-		if a.classify(err) != driver.Unknown {
+		if class := a.classify(err); class != driver.Unknown {
+			if class == driver.NotSent {
+				err = a.unavailable(nil, err)
+			}
 			if lastUnknown != nil {
 				return nil, a.giveUp(ctx, err, lastUnknown)
 			}
@@ -352,9 +355,29 @@ func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
 	case unknown == nil:
 		return notAcquired(a.resources[0], cause)
 	case cause == nil:
-		return notAcquired(a.resources[0], errorf("%w: %w", ErrOutcomeUnknown, unknown))
+		return a.unavailable(nil, errorf("%w: %w", ErrOutcomeUnknown, unknown))
+	case !errors.Is(cause, ErrUnavailable):
+		cause = a.unavailable(cause, nil)
 	}
-	return notAcquired(a.resources[0], errorf("%w: %w: %w", cause, ErrOutcomeUnknown, unknown))
+	return errorf("%w: %w: %w", cause, ErrOutcomeUnknown, unknown)
+}
+
+// unavailable is the error of an acquire that Redis answered none of the
+// requests of (ErrUnavailable): cause is why the acquire stops (its
+// context's end, or nil for the last error alone), last the last request's
+// error, if there was one.
+func (a *acquisition) unavailable(cause, last error) error {
+	where := ""
+	if addr := a.c.conn.Addr(); addr != "" {
+		where = " at " + addr
+	}
+	switch {
+	case cause == nil:
+		return errorf("%w%s: %s not acquired: %w", ErrUnavailable, where, quote(a.resources[0]), last)
+	case last == nil:
+		return errorf("%w%s: %s not acquired: %w", ErrUnavailable, where, quote(a.resources[0]), cause)
+	}
+	return errorf("%w%s: %s not acquired: %w (last attempt: %w)", ErrUnavailable, where, quote(a.resources[0]), cause, last)
 }
 
 // undo leaves the queues and releases any lease the owner token may hold

@@ -17,10 +17,25 @@ import (
 // usually wrapped with the resource name, and joined with ctx.Err() or the
 // Redis error that caused them.
 var (
-	// ErrNotAcquired means the lease was not taken: another owner holds it
-	// (TryAcquire, see *BusyError), or the caller's context ended while
-	// Acquire was waiting (then the error also matches ctx.Err()).
+	// ErrNotAcquired means the lease was not taken because another owner
+	// holds it: TryAcquire's *BusyError, or the end of the caller's context
+	// (or of WithMaxWait) while Acquire waited for the holder (then the
+	// error also matches ctx.Err()). It also comes with ErrNotReplicated,
+	// and with ErrClientClosed for an acquire that Close interrupted. It
+	// never means that Redis could not be asked: that is ErrUnavailable.
 	ErrNotAcquired = errors.New("redlease: lease not acquired")
+
+	// ErrUnavailable means Redis could not be reached, or answered none of
+	// an acquire's requests: TryAcquire's request was not sent (a refused
+	// or unresolvable address, no connection), or an Acquire rode out an
+	// outage longer than WithMaxOutage allows, or its context ended during
+	// one (then the error also matches ctx.Err()). The message names the
+	// address, when the client says it, and the last request's error, which
+	// the error matches too (syscall.ECONNREFUSED, say). An acquire whose
+	// reply was lost matches ErrOutcomeUnknown as well; the lease it may
+	// have taken was released by owner. It does not match ErrNotAcquired:
+	// nobody is known to hold the lease.
+	ErrUnavailable = errors.New("redlease: Redis unavailable")
 
 	// ErrLeaseLost means the lease is no longer ours, or may no longer be:
 	// Redis said it expired or belongs to another owner, or no renewal was
@@ -144,7 +159,7 @@ func invalidf(format string, args ...any) error {
 
 // notAcquired is the error of an acquire of resource that ended with err.
 func notAcquired(resource string, err error) error {
-	if errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrWrongKind) {
+	if errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrWrongKind) || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	return errorf("%w: %s: %w", ErrNotAcquired, quote(resource), err)

@@ -83,6 +83,8 @@ type config struct {
 	marginSet      bool // false: ttl/10
 	releaseTimeout time.Duration
 	maxWait        time.Duration // 0: until ctx ends
+	maxOutage      time.Duration // 0: until ctx ends
+	outageSet      bool          // false: maxOutage is the TTL
 	maxHold        time.Duration // 0: no limit
 	fair           bool
 	observers      []Observer
@@ -207,6 +209,19 @@ func WithReleaseTimeout(d time.Duration) LeaseOption {
 // Try… calls never wait, and do not take it.
 func WithMaxWait(d time.Duration) WaitOption { return waitOption{func(c *config) { c.maxWait = d }} }
 
+// WithMaxOutage bounds how long an acquire that waits (Acquire, Campaign,
+// …) rides out a Redis outage: once none of its requests has had an
+// answer for d, it returns an error matching ErrUnavailable that names the
+// address and the last error. d = 0 rides an outage out until the
+// context ends; otherwise it must be at least 1 ms. Default: the lease's
+// TTL, so that a Redis that is down, or an address that is wrong, ends the
+// call instead of leaving it waiting forever on a context without a
+// deadline. The Try… calls never ride an outage out: their request is not
+// sent into one (ErrUnavailable at once).
+func WithMaxOutage(d time.Duration) WaitOption {
+	return waitOption{func(c *config) { c.maxOutage, c.outageSet = d, true }}
+}
+
 // WithMaxHold bounds how long a lease is held in total: the watchdog stops
 // renewing, and the lease context ends with cause ErrMaxHold, d after the
 // acquire request was sent. A holder that is alive but stuck cannot keep the
@@ -254,6 +269,15 @@ func WithReplicaAck(n int, timeout time.Duration) LeaseOption {
 // Redis counter, incremented inside the acquire script.
 func WithFenceSource(src FenceSource) LeaseOption {
 	return forLease(func(c *config) { c.fences = src })
+}
+
+// outage is how long an acquire that waits rides out an outage; 0: until
+// its context ends.
+func (c *config) outage() time.Duration {
+	if !c.outageSet {
+		return c.ttl
+	}
+	return c.maxOutage
 }
 
 func (c *config) margin() time.Duration {
@@ -305,6 +329,8 @@ func (c *config) validate() error {
 		return invalidf("release timeout %v is below 1ms", c.releaseTimeout)
 	case c.maxWait < 0 || c.maxWait > 0 && c.maxWait < time.Millisecond:
 		return invalidf("max wait %v is not 0 or at least 1ms", c.maxWait)
+	case c.maxOutage < 0 || c.maxOutage > 0 && c.maxOutage < time.Millisecond:
+		return invalidf("max outage %v is not 0 or at least 1ms", c.maxOutage)
 	case c.maxHold < 0 || c.maxHold > 0 && c.maxHold < time.Millisecond:
 		return invalidf("max hold %v is not 0 or at least 1ms", c.maxHold)
 	case len(c.holder) > MaxHolder:

@@ -33,13 +33,19 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 			return ls, err
 		}
 		delay, final := a.next(ctx, w, err)
-		if final {
+		switch {
+		case final && w.outageOver:
+			return nil, a.giveUp(ctx, a.unavailable(errorf("no answer from Redis for %v (WithMaxOutage)",
+				a.cfg.outage()), w.last), w.unknown)
+		case final:
 			return nil, a.giveUp(ctx, err, nil)
-		}
-		if delay < 0 {
+		case delay < 0:
 			continue // at once
 		}
 		if serr := a.c.hub.sleep(ctx, w.wake, delay); serr != nil {
+			if !w.down.IsZero() { // the wait ended during an outage
+				return nil, a.giveUp(ctx, a.unavailable(serr, w.last), w.unknown)
+			}
 			return nil, a.giveUp(ctx, w.cause(serr), w.unknown)
 		}
 	}
@@ -57,6 +63,7 @@ type waitState struct {
 	failed      error     // the last error that was neither contention nor unknown
 	last        error     // the last error, whatever it was
 	down        time.Time // since when Redis has not answered; zero while it does
+	outageOver  bool      // Redis has not answered for longer than WithMaxOutage allows
 }
 
 // cause is why a wait that ends with serr (ctx's cause, or ErrClientClosed)
@@ -126,6 +133,10 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 	default:
 		a.unreachable(ctx, w, err)
 		w.unknown = err
+	}
+	if bound := a.cfg.outage(); bound > 0 && !w.down.IsZero() && a.c.clk.Now().Sub(w.down) >= bound {
+		w.outageOver = true
+		return 0, true
 	}
 	return w.retry.next(), false
 }

@@ -520,7 +520,7 @@ func TestWaitRidesOutARedisThatIsLoading(t *testing.T) {
 			defer cancel()
 			mr.SetError(reply)
 			_, err := c.TryAcquire(ctx, "r")
-			require.ErrorIs(t, err, ErrNotAcquired)
+			require.ErrorIs(t, err, ErrUnavailable)
 			require.NotErrorIs(t, err, ErrOutcomeUnknown, "the request was not run")
 			got := make(chan error, 1)
 			go func() {

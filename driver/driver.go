@@ -161,6 +161,13 @@ type Subscription interface {
 	Close(ctx context.Context) error
 }
 
+// Addresser is implemented by a Driver that can say where it connects, for
+// error messages: an address, or the seeds of a cluster or the Sentinels,
+// comma-separated.
+type Addresser interface {
+	Addr() string
+}
+
 // DeadlineKeeper is implemented by a Driver whose requests may outlast the
 // deadline of their context (go-redis without ContextTimeoutEnabled). A
 // Driver that does not implement it must keep every deadline.

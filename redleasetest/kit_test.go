@@ -280,7 +280,7 @@ func TestExpireAndStealRefuseSharedLeases(t *testing.T) {
 				st := k.Status("calls")
 				require.Len(t, st.Shared, 1, "the holder is left in place")
 				require.Equal(t, l.Fence(), st.Shared[0].Fence)
-				require.False(t, st.Held, "no exclusive lease was taken")
+				require.NotEqual(t, "lease", st.Kind, "no exclusive lease was taken")
 				require.NoError(t, l.Refresh(t.Context()))
 				require.NoError(t, l.Release(t.Context()))
 			})
@@ -358,7 +358,7 @@ func TestOutage(t *testing.T) {
 
 			k.Outage()
 			_, err = k.NewClient().TryAcquire(ctx, "other")
-			require.ErrorIs(t, err, redlease.ErrNotAcquired)
+			require.ErrorIs(t, err, redlease.ErrUnavailable)
 			require.ErrorIs(t, err, syscall.ECONNREFUSED)
 			_, err = k.Redis().Ping(ctx).Result()
 			require.ErrorIs(t, err, syscall.ECONNREFUSED)
@@ -398,13 +398,14 @@ func TestShortOutageIsRiddenOut(t *testing.T) {
 }
 
 // A waiter rides an outage out, retrying with backoff on the Kit's clock,
-// and takes the lease at its first retry after it (within half a second).
+// and takes the lease at its first retry after it (within half a second),
+// however long the outage with WithMaxOutage(0).
 func TestWaiterRidesOutAnOutage(t *testing.T) {
 	k := redleasetest.New(t)
 	holder := k.NewClient()
 	l, err := holder.TryAcquire(t.Context(), "job", redlease.WithAutoRenew(false))
 	require.NoError(t, err)
-	got := acquireAsync(t, k.Client(), "job")
+	got := acquireAsync(t, k.Client(), "job", redlease.WithMaxOutage(0))
 	k.AwaitWaiters("job", 1)
 	k.Unreachable(redlease.DefaultTTL + time.Second)
 	select {
@@ -416,6 +417,20 @@ func TestWaiterRidesOutAnOutage(t *testing.T) {
 	r := recv(t, got)
 	require.NoError(t, r.err)
 	require.Greater(t, r.l.Fence(), l.Fence())
+}
+
+// By default a waiter rides an outage out for one TTL, on the Kit's clock,
+// and then says that Redis was unavailable.
+func TestWaiterGivesUpAfterAnOutageOfOneTTL(t *testing.T) {
+	k := redleasetest.New(t)
+	_, err := k.NewClient().TryAcquire(t.Context(), "job", redlease.WithAutoRenew(false), redlease.WithTTL(time.Hour))
+	require.NoError(t, err)
+	got := acquireAsync(t, k.Client(), "job")
+	k.AwaitWaiters("job", 1)
+	k.Unreachable(redlease.DefaultTTL + time.Second)
+	r := recv(t, got)
+	require.ErrorIs(t, r.err, redlease.ErrUnavailable)
+	require.NotErrorIs(t, r.err, redlease.ErrNotAcquired)
 }
 
 // Helpers that need Redis fail the test, by name, during an outage.

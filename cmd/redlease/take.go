@@ -89,11 +89,12 @@ func (r *runner) notAcquired(err error) int {
 	case errors.As(err, &busy):
 		r.say("not acquired: %s", r.busyMessage(busy))
 		return exitBusy
-	case !errors.Is(err, redlease.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, redlease.ErrInvalidArgument):
-		// Not a wait that ran out, or one that ran out on a refusal that the
-		// library retried (AcquireSemaphore with another number of permits
-		// than the semaphore's): fail says which.
+	case !errors.Is(err, redlease.ErrNotAcquired) && !errors.Is(err, redlease.ErrUnavailable),
+		!errors.Is(err, context.DeadlineExceeded), errors.Is(err, redlease.ErrInvalidArgument):
+		// Not a wait that ran out (while the lease was held, or while Redis
+		// did not answer), or one that ran out on a refusal that the library
+		// retried (AcquireSemaphore with another number of permits than the
+		// semaphore's): fail says which.
 		return fail(r.stderr, "run", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)

@@ -33,6 +33,7 @@ type Driver struct {
 var (
 	_ driver.Driver         = (*Driver)(nil)
 	_ driver.DeadlineKeeper = (*Driver)(nil)
+	_ driver.Addresser      = (*Driver)(nil)
 )
 
 // ErrRing is the error of New for a *redis.Ring.
@@ -247,6 +248,20 @@ func longestRequest(o *redis.Options) time.Duration {
 	}
 	try := max(o.PoolTimeout, 5*o.DialTimeout) + o.WriteTimeout + o.ReadTimeout + o.MaxRetryBackoff
 	return try * time.Duration(o.MaxRetries+1)
+}
+
+// Addr implements driver.Addresser: the client's address or the cluster's
+// seeds; "" for a Sentinel failover client, whose options do not say.
+func (d *Driver) Addr() string {
+	switch c := d.rdb.(type) {
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Client:
+		if a := c.Options().Addr; a != "FailoverClient" { // what go-redis names a Sentinel client's
+			return a
+		}
+	}
+	return ""
 }
 
 // Client returns the go-redis client the driver runs on.

@@ -91,6 +91,15 @@ func NewConn(d driver.Driver) *Conn {
 	return c
 }
 
+// Addr says where the driver connects, "" if it cannot say
+// (driver.Addresser).
+func (c *Conn) Addr() string {
+	if a, ok := c.d.(driver.Addresser); ok {
+		return a.Addr()
+	}
+	return ""
+}
+
 // Driver returns the Conn's driver.
 func (c *Conn) Driver() driver.Driver { return c.d }
 
