@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,7 +51,10 @@ type rdriver struct {
 	cluster bool // Redis Cluster: shard channels, and Scan over the masters
 }
 
-var _ driver.Driver = (*rdriver)(nil)
+var (
+	_ driver.Driver    = (*rdriver)(nil)
+	_ driver.Addresser = (*rdriver)(nil)
+)
 
 // command builds the command of c: EVALSHA and its hash, or EVAL and its
 // source (never valkey.NewLuaScript, which computes the SHA-1 of a script
@@ -239,6 +244,13 @@ func (d *rdriver) masters(ctx context.Context) ([]valkey.Client, error) {
 
 // Sharded implements driver.Driver: true on Redis Cluster.
 func (d *rdriver) Sharded() bool { return d.cluster }
+
+// Addr implements driver.Addresser: the addresses of the nodes the client
+// knows, sorted.
+func (d *rdriver) Addr() string {
+	addrs := slices.Sorted(maps.Keys(d.client.Nodes()))
+	return strings.Join(addrs, ",")
+}
 
 // Classify implements driver.Driver. An error reply is refused. Not sent
 // are the failures that come before anything is written: a call that the
