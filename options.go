@@ -15,6 +15,11 @@ import (
 const (
 	// DefaultTTL is the lease TTL when WithTTL is not given.
 	DefaultTTL = 30 * time.Second
+	// MinTTL is the shortest TTL a lease takes. A shorter one leaves a
+	// local lifetime (TTL less the drift allowance and the safety margin)
+	// that an acquire's round trip may outlast, and a lease whose reply
+	// arrives after its local deadline is never handed out.
+	MinTTL = 10 * time.Millisecond
 	// DefaultPrefix starts every key redlease writes.
 	DefaultPrefix = "redlease:"
 	// DefaultReleaseTimeout bounds Release when WithReleaseTimeout is not given.
@@ -156,8 +161,9 @@ func WithCombinedRequests(on bool) Option {
 
 // WithTTL sets the lease TTL: how long Redis keeps a lease that is not
 // renewed, and so how long a crashed holder blocks the resource. It must be a
-// whole number of milliseconds, at least 1 ms (Redis stores expiries in ms).
-// Default DefaultTTL (30 s).
+// whole number of milliseconds (Redis stores expiries in ms), at least
+// MinTTL (10 ms). Default DefaultTTL (30 s). The README's "Choosing a TTL"
+// weighs it.
 func WithTTL(d time.Duration) LeaseOption { return forLease(func(c *config) { c.ttl = d }) }
 
 // WithAutoRenew turns the watchdog on or off. On (the default), the Client
@@ -306,8 +312,8 @@ func (c *config) validate() error {
 	case strings.ContainsAny(c.prefix, "{}"):
 		// The braces around the resource name must be the keys' hash tag.
 		return invalidf("key prefix %q contains a brace", c.prefix)
-	case c.ttl < time.Millisecond:
-		return invalidf("TTL %v is below 1ms", c.ttl)
+	case c.ttl < MinTTL:
+		return invalidf("TTL %v is below MinTTL (%v): its local lifetime could not outlast an acquire's round trip", c.ttl, MinTTL)
 	case c.ttl%time.Millisecond != 0:
 		return invalidf("TTL %v is not a whole number of milliseconds", c.ttl)
 	case c.safetyMargin < 0:
