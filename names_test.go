@@ -37,3 +37,24 @@ func TestResourceNamesFollowOneRule(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Release(ctx))
 }
+
+// Permit tells a semaphore's permit 0 from a lease that holds no permit.
+// (Both were 0.)
+func TestPermitOfALeaseThatHoldsNone(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	c := New(rdb, WithAutoRenew(false))
+	ctx := t.Context()
+	l, err := c.TryAcquire(ctx, "exclusive")
+	require.NoError(t, err)
+	require.Equal(t, -1, l.Permit())
+	_, isPermit := l.Semaphore()
+	require.False(t, isPermit)
+	p, err := c.TryAcquireSemaphore(ctx, "pool", 2)
+	require.NoError(t, err)
+	require.Equal(t, 0, p.Permit())
+	n, isPermit := p.Semaphore()
+	require.True(t, isPermit)
+	require.Equal(t, 2, n)
+	var nilLease *Lease
+	require.Equal(t, -1, nilLease.Permit())
+}

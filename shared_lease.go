@@ -139,10 +139,11 @@ func (l *Lease) Semaphore() (permits int, ok bool) {
 }
 
 // Permit returns which of its semaphore's permits the lease holds,
-// 0..permits-1; 0 for every other lease.
+// 0..permits-1; -1 for every other lease (a semaphore's permit 0 and an
+// exclusive lease are told apart).
 func (l *Lease) Permit() int {
 	if l == nil || l.kind() != kindPermit {
-		return 0
+		return -1
 	}
 	return l.shared.permit
 }
