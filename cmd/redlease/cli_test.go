@@ -226,7 +226,7 @@ func TestCLI(t *testing.T) {
 			data, _ := os.ReadFile(filepath.Join(sub, "log"))
 			if tc.name == "obeys" {
 				require.Contains(t, string(data), "TERM")
-				require.NotContains(t, errOut.String(), "SIGKILL")
+				require.NotContains(t, errOut.String(), "sending it SIGKILL")
 				continue
 			}
 			require.Contains(t, errOut.String(), "sending it SIGKILL")

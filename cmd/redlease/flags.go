@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/shared"
 )
 
 // usageError is a mistake in the command line.
@@ -115,7 +116,9 @@ func (s *session) checkInput(in input) error {
 	}
 	for _, r := range in.resources {
 		if err := s.check(lease, r); err != nil {
-			return &usageError{fmt.Sprintf("RESOURCE %q: %s", r, invalidReason(err))}
+			// Quoted as the library quotes it: a name too long to take
+			// is cut, and does not make the message as long.
+			return &usageError{fmt.Sprintf("RESOURCE %s: %s", shared.Quote(r), invalidReason(err))}
 		}
 	}
 	// The waiting call takes every option (-wait's too) and checks them,

@@ -56,6 +56,44 @@ func TestFlagsAreCheckedBeforeConnecting(t *testing.T) {
 	}
 }
 
+// A resource name is at most 1 KiB of valid UTF-8 without a NUL byte (the
+// core's rule, which every guard shares: neither a NUL nor invalid UTF-8
+// travels in an HTTP header or a command's arguments). The command checks it
+// through the library before it connects: a usage error (2) that says
+// which rule the name breaks, on one line that does not quote all of it.
+func TestResourceNamesFollowTheCoresRule(t *testing.T) {
+	const down = "redis://127.0.0.1:1"
+	long := strings.Repeat("n", 1025)
+	for _, tc := range []struct {
+		args []string
+		want string // in the message
+	}{
+		{[]string{"run", "-redis", down, long, "--", "true"}, "is over 1024 bytes"},
+		{[]string{"run", "-redis", down, "-permits", "2", long, "--", "true"}, "is over 1024 bytes"},
+		{[]string{"run", "-redis", down, "-read", "a\x00b", "--", "true"}, `RESOURCE "a\x00b": resource name "a\x00b" holds a NUL byte`},
+		{[]string{"run", "-redis", down, "a\xffb", "--", "true"}, `RESOURCE "a\xffb": resource name "a\xffb" is not valid UTF-8`},
+		{[]string{"status", "-redis", down, "ok", "a\x00b"}, "holds a NUL byte"},
+		{[]string{"break", "-redis", down, long}, "is over 1024 bytes"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(tc.args, &out, &errOut)
+		if code != exitUsage || !strings.Contains(errOut.String(), tc.want) || strings.Count(errOut.String(), "\n") != 1 {
+			t.Errorf("%.60q: exit %d, stderr %.300q; want exit 2 and one line with %q", tc.args, code, errOut.String(), tc.want)
+		}
+		if len(errOut.String()) > 512 {
+			t.Errorf("%.60q: a message of %d bytes: %.300q", tc.args, len(errOut.String()), errOut.String())
+		}
+	}
+	// 1 KiB is allowed, multi-byte UTF-8 too: the check passes, and the
+	// command goes on to connect (and finds nothing there: 69).
+	for _, name := range []string{strings.Repeat("n", 1024), strings.Repeat("é", 512)} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{"run", "-redis", down + "?max_retries=-1", name, "--", "true"}, &out, &errOut); code != exitUnavailable {
+			t.Errorf("a name of %d bytes: exit %d, stderr %.300q; want %d", len(name), code, errOut.String(), exitUnavailable)
+		}
+	}
+}
+
 // The check behind TestFlagsAreCheckedBeforeConnecting relies on the
 // library rejecting bad input before any round trip, and on an acquire
 // whose context has ended going no further: nothing is dialled.

@@ -199,7 +199,7 @@ type second struct {
 // reports whether process group pgid still has members.
 func runSecond(t *testing.T, url, resource string, pgid int) second {
 	t.Helper()
-	script := `date +%s%N > "$1"; if kill -0 -- -` + strconv.Itoa(pgid) + ` 2>/dev/null; then echo overlap; else echo alone; fi`
+	script := `date +%s%N > "$1"; ` + groupCheck(pgid)
 	stamp := filepath.Join(t.TempDir(), "started")
 	cmd, out, errOut := redleaseProcess(t, "run", "-redis", url, "-nowait", resource, "--", "sh", "-c", script, "sh", stamp)
 	err := cmd.Run()
@@ -316,8 +316,9 @@ func TestRunStopsTheCommandWhenItsGuardianIsKilled(t *testing.T) {
 
 // redlease stopped by SIGSTOP (not Ctrl-Z, which it handles) renews
 // nothing and signals nothing: its guardian sends the group SIGTERM
-// guardSlack (100 ms for a TTL of 2 s) after the lease's local deadline, and
-// SIGKILL -grace later. Resumed, redlease finds its lease gone: exit 76.
+// guardSlack (150 ms with -grace 300ms) after the lease's context would have
+// ended, and SIGKILL at the lease's local deadline. Resumed, redlease finds
+// its lease gone: exit 76.
 func TestRunGuardianStopsTheCommandOfAStoppedRedlease(t *testing.T) {
 	t.Parallel()
 	srv := servertest.Redis(t)
@@ -362,6 +363,50 @@ func TestRunKilledWithItsGuardianLeavesOnlyTheParentDeathSignal(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "COMMAND (the shell) gone", func() bool { return processGone(pgid) })
 	t.Logf("left running in the group: %v", groupMembers(pgid))
+}
+
+// pgrep and pkill match a process's name (/proc/PID/comm, from the file it
+// was started from): the guardian's is redlease's, not "exe" (it is
+// started from /proc/self/exe), so that pkill redlease reaches it too. Its
+// SIGTERM, sent to both, stops COMMAND as it would without a guardian:
+// redlease passes it on, and the guardian ignores it and stays to the end.
+func TestGuardianHasRedleasesName(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/comm"); err != nil {
+		t.Skip("needs /proc/PID/comm (Linux)")
+	}
+	_, url, _ := testRedis(t)
+	cmd, stderr, pgid, guardian := startPipeline(t, url, "named")
+	comm := func(pid int) string {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(string(data), "\n")
+	}
+	name, gname := comm(cmd.Process.Pid), comm(guardian)
+	if gname != name || gname == "exe" {
+		t.Errorf("the guardian (pid %d) is named %q, redlease (pid %d) %q", guardian, gname, cmd.Process.Pid, name)
+	}
+	// pkill NAME: SIGTERM to each process of that name.
+	for _, pid := range []int{guardian, cmd.Process.Pid} {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	// The command's trap exits 1: a killed guardian would make it 1 as well,
+	// and say so.
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || strings.Contains(stderr.String(), "guardian") {
+		t.Errorf("redlease: %v, want the command's exit 1 and no word of its guardian; stderr:\n%s", err, stderr)
+	}
+	if !groupGone(pgid) && len(groupMembers(pgid)) > 0 {
+		t.Errorf("the command's group still runs: %v", groupMembers(pgid))
+	}
+	if !processGone(guardian) {
+		t.Errorf("the guardian (pid %d) still runs after redlease exited", guardian)
+	}
 }
 
 func TestGuardStateWireFormat(t *testing.T) {
@@ -418,28 +463,39 @@ func TestRunReportsACommandTheGuardianCannotExecute(t *testing.T) {
 	}
 }
 
-// The guardian's slack ends within the safety margin, before Redis can hand
-// the lease on: half the margin, at most a second. It was a second for every
-// TTL, past the margin for a TTL under 10 s.
-func TestGuardSlackEndsWithinTheMargin(t *testing.T) {
+// COMMAND gets SIGTERM when no renewal was confirmed stopLead before the
+// lease's local deadline, and SIGKILL at that deadline: -grace, cut so that
+// a renewal confirmed on time, or one of its retries, comes first. The
+// guardian's slack, after which it sends SIGTERM in a silent redlease's
+// place, is half of that, at most a second. (It was half the margin, and
+// the guardian's SIGKILL came -grace after its SIGTERM, past the deadline.)
+func TestRunStopsTheCommandByTheLocalDeadline(t *testing.T) {
 	for _, tc := range []struct {
-		args []string
-		want time.Duration
+		args        []string
+		lead, slack time.Duration
 	}{
-		{nil, time.Second}, // TTL 30 s: margin 3 s
-		{[]string{"-ttl", "2s"}, 100 * time.Millisecond},
-		{[]string{"-ttl", "5s"}, 250 * time.Millisecond},
-		{[]string{"-ttl", "5s", "-margin", "1s"}, 500 * time.Millisecond},
-		{[]string{"-ttl", "1m", "-margin", "10s"}, time.Second},
-		{[]string{"-ttl", "3ms"}, 150 * time.Microsecond}, // margin 0.3 ms
+		{nil, 8350 * time.Millisecond, time.Second}, // TTL 30 s: lifetime 26.7 s, renewed every 10 s
+		{[]string{"-grace", "3s"}, 3 * time.Second, time.Second},
+		{[]string{"-grace", "0"}, 0, 0},
+		{[]string{"-ttl", "3s"}, 835 * time.Millisecond, 417500 * time.Microsecond},
+		{[]string{"-ttl", "3s", "-grace", "300ms"}, 300 * time.Millisecond, 150 * time.Millisecond},
+		{[]string{"-ttl", "3s", "-grace", "1h"}, 835 * time.Millisecond, 417500 * time.Microsecond},
+		{[]string{"-ttl", "1m", "-grace", "30s"}, 16700 * time.Millisecond, time.Second},
+		{[]string{"-ttl", "5s", "-margin", "2s"}, 641666667, 320833333}, // lifetime 2.95 s
+		{[]string{"-ttl", "3s", "-margin", "2s"}, 0, 0},                 // lifetime 0.97 s: refused by the library
+		{[]string{"-ttl", "3ms"}, 835 * time.Microsecond, 417500 * time.Nanosecond},
 	} {
 		var out, errOut bytes.Buffer
 		rf, _, done := parseRun(append(tc.args, "r", "--", "true"), &out, &errOut)
-		if done || rf.slack != tc.want {
-			t.Errorf("%q: slack %v (done %v, %s), want %v", tc.args, rf.slack, done, errOut.String(), tc.want)
+		if done || rf.lead != tc.lead || rf.slack != tc.slack {
+			t.Errorf("%q: SIGTERM %v before the deadline, slack %v (done %v, %s); want %v and %v",
+				tc.args, rf.lead, rf.slack, done, errOut.String(), tc.lead, tc.slack)
+		}
+		if rf.lead > rf.grace || rf.slack > rf.lead/2 {
+			t.Errorf("%q: SIGTERM %v before the deadline with -grace %v, slack %v", tc.args, rf.lead, rf.grace, rf.slack)
 		}
 	}
 	if got := guardSlack(-time.Second); got != 0 {
-		t.Errorf("guardSlack of a negative margin (refused later): %v", got)
+		t.Errorf("guardSlack of a negative lead: %v", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -32,9 +33,12 @@ import (
 // killed, by SIGKILL or the OOM killer — nobody renews the lease: the
 // guardian sends the group SIGTERM at once, and SIGKILL by the lease's
 // local deadline at the latest (sooner if -grace runs out first), which is
-// before Redis can let the next holder in. On Linux the guardian is a child
-// subreaper, so that the orphans of COMMAND's processes are its children
-// and are collected as they exit.
+// before Redis can let the next holder in. While redlease lives but stays
+// silent (SIGSTOP, Ctrl-Z), the guardian keeps the same rule: the group is
+// gone by the lease's local deadline, whatever -grace says. On Linux the
+// guardian is a child subreaper, so that the orphans of COMMAND's processes
+// are its children and are collected as they exit; it takes redlease's
+// name (see nameGuardian), so that pgrep and pkill find it.
 //
 // A pipe, rather than a parent-death signal, tells the guardian of
 // redlease's death: it works on every Unix, it cannot be lost, and it does
@@ -48,6 +52,7 @@ const guardianCommand = "__guardian"
 // guardian is the state of the guardian process.
 type guardian struct {
 	grace  time.Duration
+	lead   time.Duration // see stopLead
 	slack  time.Duration // see guardSlack
 	stderr io.Writer
 	report *os.File
@@ -55,11 +60,12 @@ type guardian struct {
 	pgid   int // COMMAND's pid and process group
 
 	state    guardState // the latest from redlease
-	leaseEnd time.Time  // the lease's local deadline, in this process's clock
+	leaseEnd time.Time  // the lease's local deadline, in this process's clock: the group is gone by then
 	killAt   time.Time  // modeStop: when redlease sends SIGKILL
 	orphaned bool       // redlease has gone: the guardian stops the group
 
-	pending                 int // what the action timer does: actTerm, actKill or actNone
+	pending                 int    // what the action timer does: actTerm, actKill or actNone
+	killWhy                 string // with actKill: why, for the message
 	action, poll, giveUp    *time.Timer
 	actionC, pollC, giveUpC <-chan time.Time
 	pollDelay               time.Duration
@@ -72,25 +78,32 @@ const (
 	actKill // SIGKILL
 )
 
-// guardianMain runs the guardian: args are -grace D -slack D -- COMMAND
-// [ARG...].
+// guardianMain runs the guardian: args are -grace D -lead D -slack D --
+// COMMAND [ARG...].
 func guardianMain(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet(guardianCommand, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	grace := fs.Duration("grace", 10*time.Second, "")
-	slack := fs.Duration("slack", maxGuardSlack, "")
+	lead := fs.Duration("lead", 0, "")
+	slack := fs.Duration("slack", 0, "")
 	ctl, report, err := guardianPipes()
 	if err != nil || fs.Parse(args) != nil || fs.NArg() == 0 {
 		fmt.Fprintf(stderr, "redlease: %s is a part of redlease run, not a command (see 'redlease -h')\n", guardianCommand)
 		return exitUsage
 	}
+	nameGuardian()
+	// pkill redlease reaches the guardian too: the signals it leaves to
+	// redlease are caught from here on (a caught signal is reset to its
+	// default in the programs a process starts), and ignored once COMMAND
+	// is started.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	states := make(chan guardState)
 	go readStates(ctl, states)
 	first, ok := <-states
 	if !ok || first.mode != modeRun {
 		return exitFailed // redlease went before the command was started
 	}
-	g := &guardian{grace: *grace, slack: *slack, stderr: stderr, report: report, parent: os.Getppid(), pollDelay: pollFirst}
+	g := &guardian{grace: *grace, lead: *lead, slack: *slack, stderr: stderr, report: report, parent: os.Getppid(), pollDelay: pollFirst}
 	if !g.start(fs.Args()) {
 		return exitFailed
 	}
@@ -220,19 +233,43 @@ func (g *guardian) loop(states <-chan guardState, reaped <-chan syscall.WaitStat
 }
 
 // apply takes a new state from redlease, and with it the moment the
-// guardian acts should redlease stay silent.
+// guardian acts should redlease stay silent. Whatever it waits for, the
+// group gets SIGKILL at the lease's local deadline.
 func (g *guardian) apply(st guardState) {
 	now, transit := time.Now(), st.transit(monotonicNow())
 	g.state, g.leaseEnd = st, now.Add(st.leaseLeft-transit)
 	switch st.mode {
 	case modeRun:
-		g.schedule(actTerm, g.leaseEnd.Add(g.slack))
-	case modeHold: // the group is stopped; redlease decides when it resumes
-		g.schedule(actNone, time.Time{})
+		// Unrenewed, the lease context ends lead before its deadline, and
+		// redlease sends SIGTERM then; the guardian does, slack later, if
+		// it has not heard of it.
+		if g.slack < g.lead {
+			g.schedule(actTerm, g.leaseEnd.Add(g.slack-g.lead))
+		} else {
+			g.scheduleKill(g.leaseEnd, "the lease's local deadline has come")
+		}
+	case modeHold:
+		// Ctrl-Z: the group is stopped, and so is redlease, which decides
+		// when the group resumes if the lease is still alive then.
+		g.scheduleKill(g.leaseEnd, "the lease's local deadline passed while redlease (pid %d) and the command were stopped (Ctrl-Z)")
 	case modeStop:
 		g.killAt = now.Add(st.killLeft - transit)
-		g.schedule(actKill, g.killAt.Add(g.slack))
+		if at := g.killAt.Add(g.slack); at.Before(g.leaseEnd) {
+			g.scheduleKill(at, "redlease (pid %d) has not sent the SIGKILL that was due (is it stopped?)")
+		} else {
+			g.scheduleKill(g.leaseEnd, "the lease's local deadline has come") // redlease's SIGKILL is due then too
+		}
 	}
+}
+
+// scheduleKill sets the action timer to send SIGKILL at at; why is the
+// message, with redlease's pid for a %d in it.
+func (g *guardian) scheduleKill(at time.Time, why string) {
+	if strings.Contains(why, "%d") {
+		why = fmt.Sprintf(why, g.parent)
+	}
+	g.killWhy = why
+	g.schedule(actKill, at)
 }
 
 // redleaseGone: the control pipe ended without "done". It reports whether
@@ -242,14 +279,19 @@ func (g *guardian) redleaseGone() bool {
 	if !groupAlive(g.pgid) {
 		return true
 	}
-	killAt := earliest(time.Now().Add(g.grace), g.leaseEnd)
-	if g.state.mode == modeStop {
-		killAt = earliest(killAt, g.killAt) // it has had SIGTERM
-	} else {
+	now := time.Now()
+	killAt := earliest(now.Add(g.grace), g.leaseEnd)
+	switch {
+	case g.state.mode == modeStop: // it has had SIGTERM
+		killAt = earliest(killAt, g.killAt)
+		g.say("redlease (pid %d) is gone, and nobody renews the lease: SIGKILL to the command's process group in %v",
+			g.parent, max(killAt.Sub(now), 0).Round(time.Millisecond))
+	case killAt.After(now):
 		g.terminate()
+		g.say("redlease (pid %d) is gone, and nobody renews the lease: sent the command's process group SIGTERM; "+
+			"SIGKILL in %v at the latest, at the lease's local deadline", g.parent, killAt.Sub(now).Round(time.Millisecond))
 	}
-	g.say("redlease (pid %d) is gone, and nobody renews the lease: sent the command's process group SIGTERM; "+
-		"SIGKILL in %v at the latest, at the lease's local deadline", g.parent, max(time.Until(killAt), 0).Round(time.Millisecond))
+	g.killWhy = fmt.Sprintf("redlease (pid %d) is gone", g.parent)
 	g.schedule(actKill, killAt)
 	g.pollC = arm(&g.poll, g.pollDelay)
 	return false
@@ -259,14 +301,19 @@ func (g *guardian) redleaseGone() bool {
 func (g *guardian) act() {
 	switch g.pending {
 	case actTerm:
-		g.say("redlease (pid %d) has not acted %v after its lease's local deadline (is it stopped?): "+
-			"sending the command's process group SIGTERM", g.parent, g.slack)
+		killAt := earliest(time.Now().Add(g.grace), g.leaseEnd)
+		g.say("redlease (pid %d) has not acted %v after its lease ended unrenewed (is it stopped?): "+
+			"sending the command's process group SIGTERM, and SIGKILL in %v at the lease's local deadline",
+			g.parent, g.slack, max(time.Until(killAt), 0).Round(time.Millisecond))
 		g.terminate()
-		g.schedule(actKill, time.Now().Add(g.grace))
+		g.scheduleKill(killAt, "the lease's local deadline has come, and redlease (pid %d) has not stopped the group (is it stopped?)")
 	case actKill:
 		g.pending = actNone
+		if !groupAlive(g.pgid) { // redlease's own SIGKILL, at the same moment
+			return
+		}
 		_ = signalGroup(g.pgid, syscall.SIGKILL)
-		g.say("sent the command's process group SIGKILL")
+		g.say("%s: sent the command's process group SIGKILL", g.killWhy)
 		if g.orphaned {
 			g.giveUpC = arm(&g.giveUp, killWait)
 		}
@@ -290,13 +337,6 @@ func (g *guardian) schedule(action int, at time.Time) {
 		return
 	}
 	g.actionC = arm(&g.action, max(time.Until(at), 0))
-}
-
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 func (g *guardian) say(format string, args ...any) {

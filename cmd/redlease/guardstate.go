@@ -12,9 +12,11 @@ import (
 // so that the guardian needs only the latest line.
 type guardState struct {
 	mode byte // modeRun, modeHold, modeStop or modeDone
-	// leaseLeft is the time to the lease's local deadline when the line was
-	// written; 0 once the lease has ended. Relative, because the guardian's
-	// clock readings are not redlease's.
+	// leaseLeft is the time to the lease's local deadline (the one -margin
+	// sets: see stopLead) when the line was written, 0 once it has passed.
+	// The group must be gone by then, in every mode: after it, Redis may
+	// let the next holder in. Relative, because the guardian's clock
+	// readings are not redlease's.
 	leaseLeft time.Duration
 	// killLeft is, in modeStop, the time to redlease's SIGKILL of the group.
 	killLeft time.Duration
@@ -65,13 +67,12 @@ func (s guardState) transit(now time.Duration) time.Duration {
 const maxGuardSlack = time.Second
 
 // guardSlack is how long the guardian gives redlease, when it is alive but
-// silent past the moment it would have acted (its lease's local deadline,
-// or its own SIGKILL), before it acts in its place: redlease stopped with
-// SIGSTOP, or stuck. It must end within the safety margin, the time between
-// the local deadline and the earliest moment Redis may hand the lease to
-// another holder (the drift allowance covers only the clocks): half of it,
-// so that SIGTERM leaves half the margin for COMMAND to stop, and at most
+// silent past the moment it would have acted (the end of an unrenewed
+// lease's context, lead before its local deadline, or its own SIGKILL),
+// before it acts in its place: redlease stopped with SIGSTOP, or stuck.
+// Half the lead, so that the guardian's SIGTERM leaves COMMAND half of it
+// before SIGKILL at the deadline, which no slack delays; at most
 // maxGuardSlack, which is enough for a redlease that is merely slow.
-func guardSlack(margin time.Duration) time.Duration {
-	return max(min(maxGuardSlack, margin/2), 0)
+func guardSlack(lead time.Duration) time.Duration {
+	return max(min(maxGuardSlack, lead/2), 0)
 }

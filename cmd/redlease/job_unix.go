@@ -45,8 +45,9 @@ func startJob(spec jobSpec) (*job, error) {
 		_, _ = ctlR.Close(), ctlW.Close()
 		return nil, &startFailure{exitFailed, fmt.Sprintf("starting the guardian: %v", err)}
 	}
-	cmd := exec.Command(exe, append([]string{guardianCommand, "-grace", spec.grace.String(), "-slack", spec.slack.String(), "--"}, spec.argv...)...)
-	cmd.Args[0] = os.Args[0] // as ps shows it
+	cmd := exec.Command(exe, append([]string{guardianCommand, "-grace", spec.grace.String(), "-lead", spec.lead.String(),
+		"-slack", spec.slack.String(), "--"}, spec.argv...)...)
+	cmd.Args[0] = os.Args[0] // as ps shows it, and the guardian's name (nameGuardian)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr, cmd.Env = spec.stdin, spec.stdout, spec.stderr, spec.env
 	cmd.ExtraFiles = []*os.File{ctlR, repW} // its fds 3 and 4
 	// A group of its own: a kill -9 of redlease's job, and Ctrl-C, do not

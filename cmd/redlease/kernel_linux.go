@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 	"unsafe"
@@ -40,3 +42,16 @@ func monotonicNow() time.Duration {
 // /proc/self/exe works even once the file was replaced or removed (an
 // upgrade while a run lasts).
 func selfExe() (string, error) { return "/proc/self/exe", nil }
+
+// nameGuardian gives the guardian redlease's name, which pgrep and pkill
+// match (pkill -9 redlease kills both). Started through /proc/self/exe, it
+// is named "exe" by the kernel; the name redlease was run by, its argv[0]
+// (which startJob passes on), is what its own name was made from. Written
+// to /proc/self/comm, it names the main thread, which the process's name
+// is, from whichever thread writes it; the kernel keeps 15 bytes.
+func nameGuardian() {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return
+	}
+	_ = os.WriteFile("/proc/self/comm", []byte(filepath.Base(os.Args[0])), 0)
+}

@@ -32,6 +32,7 @@ Commands:
   demo    show a stale lease holder being stopped by its fencing token
           (embedded Redis by default; -redis URL for a real server)
   version print the module version and VCS revision redlease was built from
+          (-json: as a JSON object)
 
 Run 'redlease <command> -h' for the flags of a command.
 

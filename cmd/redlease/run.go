@@ -51,17 +51,35 @@ cost: 'redlease status' and 'redlease list' show it, and a run that finds
 the lease held (-nowait, or -wait running out) names the holder and says
 when its lease lapses unless the holder renews it.
 
+No overlap with the next holder, whatever the flags: COMMAND's process
+group is killed (SIGKILL) by the lease's local deadline at the latest. That
+deadline is a safety margin (-margin, default TTL/10) and a drift allowance
+(1 % of the TTL) before Redis can let the next holder in, counted from the
+last renewal that Redis confirmed. -grace can only make SIGKILL sooner.
+
+If the lease ends while COMMAND runs, COMMAND's process group gets SIGTERM,
+and SIGKILL -grace later, or at the local deadline if that comes first. A
+lease that is not renewed ends -grace before its local deadline, but never
+more than half of what its lifetime leaves after a renewal falls due (TTL/3),
+so that a renewal confirmed in time keeps COMMAND running: at most 0.28×TTL
+with the default margin (8.35 s for the default TTL, 835 ms for -ttl 3s).
+Redis saying that the lease is not ours any more (it expired, or was broken)
+ends it at once, and -max-hold when it runs out. A broken lease may be
+another holder's already: then only REDLEASE_FENCE protects the target.
+
 Processes that COMMAND leaves in its group (sh -c 'job &') get SIGTERM when
-it exits, and SIGKILL -grace later; the lease is released once they are gone,
-and the exit status stays COMMAND's. A process that left the group (setsid)
-cannot be followed: it runs on without the lease.
+it exits, and SIGKILL -grace later, or at once if the lease ends meanwhile;
+the lease is released once they are gone, and the exit status stays
+COMMAND's. A process that left the group (setsid) cannot be followed: it runs
+on without the lease.
 
 Ctrl-Z (SIGTSTP) stops COMMAND's group, then redlease. On SIGCONT (fg),
-COMMAND is resumed if the lease is still alive; stopped past its lifetime,
-the lease is gone, and COMMAND gets SIGTERM instead. SIGSTOP sent to redlease
-cannot be caught: its guardian (below) sends COMMAND's group SIGTERM half
-the safety margin (-margin), at most a second, after the lease's local
-deadline, and SIGKILL -grace later.
+COMMAND is resumed if the lease is still alive; stopped longer, the lease is
+gone, and COMMAND gets SIGTERM instead (SIGKILL past the local deadline, by
+which its guardian, below, kills the stopped group). SIGSTOP sent to redlease
+cannot be caught: when an unrenewed lease ends and redlease stays silent, the
+guardian sends COMMAND's group SIGTERM, half the time left to the local
+deadline later (at most a second), and SIGKILL at the deadline.
 
 COMMAND's parent is a guardian process (redlease __guardian, in a process
 group of its own) that outlives redlease. If redlease is killed (kill -9,
@@ -70,18 +88,13 @@ SIGTERM at once, and SIGKILL -grace later or at the lease's local deadline,
 whichever comes first, so that the group is gone before Redis can let the
 next holder in. Like flock(1)'s lock, this reaches only what stays in the
 group: a process that left it (setsid, a daemon that detaches) is not
-followed. If the guardian is killed too (pkill -9 redlease), Linux sends
-COMMAND itself SIGTERM, but what COMMAND started runs on; if only the
+followed. The guardian bears redlease's name: pgrep redlease lists it, and
+pkill redlease reaches it too (it ignores the SIGTERM, which redlease passes
+on to COMMAND). If the guardian is killed too (pkill -9 redlease), Linux
+sends COMMAND itself SIGTERM, but what COMMAND started runs on; if only the
 guardian is killed, redlease stops the group and exits 1. Elsewhere than on
 Linux, COMMAND is not told of its guardian's death; without Unix process
 groups (Windows) there is no guardian, and COMMAND runs on unrenewed.
-
-If the lease ends while COMMAND runs (Redis says it is not ours any more, no
-renewal was confirmed in time, or -max-hold ran out), COMMAND's process group
-gets SIGTERM, and SIGKILL if it still runs -grace later. The lease context
-ends a safety margin (-margin) before Redis can let the next holder in; a
--grace longer than that lets COMMAND overlap the next holder, and then only
-REDLEASE_FENCE protects the target.
 
 Exit status:
   the command's own status (128+N if it was killed by signal N)
@@ -101,7 +114,7 @@ Exit status:
 Examples:
   redlease run nightly-report -- ./report.sh --date today
   redlease run -nowait -ttl 1m backup -- sh -c 'pg_dump app | gzip > /backup/app.gz'
-  redlease run -wait 5m -max-hold 1h -grace 30s migrate -- ./migrate up
+  redlease run -wait 5m -max-hold 1h -ttl 2m -grace 30s migrate -- ./migrate up
   redlease run -permits 4 encoders -- ./encode.sh "$file"
   redlease run -read catalog -- ./export-catalog
   redlease run -write -wait 10m catalog -- ./rebuild-catalog
@@ -117,6 +130,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		opts[i] = f.opt
 	}
 	opts = append(opts, redlease.WithHolder(commandHolder(rf.argv)))
+	// The lease context ends -grace (at most stopLead) before the local
+	// deadline that -margin sets: COMMAND gets SIGTERM then, and SIGKILL at
+	// that deadline. Added after the flags' own options, which checkInput
+	// checks as the user gave them.
+	opts = append(opts, redlease.WithSafetyMargin(rf.margin+rf.lead))
 	ctx := context.Background()
 	// As conn.open, but a command that cannot be found fails after the
 	// flags are checked and before Redis is asked: its 127 or 126 must not
@@ -138,8 +156,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if err := s.connect(ctx); err != nil {
 		return fail(stderr, "run", err)
 	}
-	r := &runner{s: s, resource: rf.resource, argv: rf.argv, kind: rf.kind, wait: rf.wait, grace: rf.grace, slack: rf.slack,
-		what: rf.kind.of(nil, rf.resource), stdout: stdout, stderr: stderr}
+	s.debug("lease timing", "margin", rf.margin, "grace", rf.grace, "sigterm_before_deadline", rf.lead)
+	r := &runner{s: s, resource: rf.resource, argv: rf.argv, kind: rf.kind, wait: rf.wait, grace: rf.grace, lead: rf.lead,
+		slack: rf.slack, what: rf.kind.of(nil, rf.resource), stdout: stdout, stderr: stderr}
 	return r.run(ctx, !rf.nowait, opts)
 }
 
@@ -152,7 +171,9 @@ type runFlags struct {
 	nowait   bool
 	wait     time.Duration
 	grace    time.Duration
-	slack    time.Duration // the guardian's, for the lease's safety margin
+	margin   time.Duration // the lease's safety margin: -margin, else TTL/10
+	lead     time.Duration // stopLead: SIGTERM this long before the local deadline
+	slack    time.Duration // the guardian's: guardSlack(lead)
 	kind     leaseKind
 	flags    []flagOption // the lease options the flags set, in the order of the checks
 }
@@ -166,8 +187,8 @@ func parseRun(args []string, stdout, stderr io.Writer) (rf runFlags, code int, d
 	wait := fset.Duration("wait", 0, "wait at most this long for the lease (0: until it is acquired)")
 	nowait := fset.Bool("nowait", false, "do not wait: exit 75 at once if the lease is held")
 	maxHold := fset.Duration("max-hold", 0, "stop the command and let the lease go after this long (0: no limit)")
-	grace := fset.Duration("grace", 10*time.Second, "how long after SIGTERM a command that lost its lease gets SIGKILL")
-	margin := fset.Duration("margin", 0, "safety margin: how long before the TTL runs out, unrenewed, the command is stopped (0: TTL/10)")
+	grace := fset.Duration("grace", 10*time.Second, "how long after SIGTERM a command that must stop gets SIGKILL: never past the lease's local deadline (see above)")
+	margin := fset.Duration("margin", 0, "safety margin: how long before the TTL runs out, unrenewed, the command is killed (0: TTL/10)")
 	fair := fset.Bool("fair", false, "hand the lease to waiters in arrival order")
 	kind := addKindFlags(fset)
 	if code, done := parse(fset, args, stdout, stderr); done {
@@ -179,12 +200,13 @@ func parseRun(args []string, stdout, stderr io.Writer) (rf runFlags, code int, d
 	}
 	rf.nowait, rf.wait, rf.grace = *nowait, *wait, *grace
 	// The lease's safety margin, as the library computes it (-margin, else
-	// TTL/10): the guardian's slack must end within it.
-	if *margin != 0 {
-		rf.slack = guardSlack(*margin)
-	} else {
-		rf.slack = guardSlack(*ttl / 10)
+	// TTL/10).
+	rf.margin = *margin
+	if rf.margin == 0 {
+		rf.margin = *ttl / 10
 	}
+	rf.lead = stopLead(*ttl, rf.margin, rf.grace)
+	rf.slack = guardSlack(rf.lead)
 	if err := rf.arguments(fset.Args()); err != nil {
 		return rf, fail(stderr, "run", err), true
 	}
@@ -234,6 +256,7 @@ type runner struct {
 	what     string // the lease, as messages name it after "the": `lease of "r"`
 	wait     time.Duration
 	grace    time.Duration
+	lead     time.Duration // see stopLead
 	slack    time.Duration
 	stdout   io.Writer
 	stderr   io.Writer
@@ -268,8 +291,9 @@ func (r *runner) run(ctx context.Context, wait bool, opts []redlease.WaitOption)
 		argv:  r.argv,
 		env:   append(os.Environ(), r.kind.env(lease, r.resource)...),
 		grace: r.grace,
+		lead:  r.lead,
 		slack: r.slack,
-		first: guardState{mode: modeRun, leaseLeft: max(time.Until(lease.Deadline()), 0)},
+		first: guardState{mode: modeRun, leaseLeft: max(time.Until(r.deadline(lease)), 0)},
 		stdin: commandStdin(os.Stdin), stdout: r.stdout, stderr: r.stderr,
 	})
 	if err != nil {
@@ -305,7 +329,8 @@ func renewalNotices() (<-chan struct{}, redlease.WaitOption) {
 type jobSpec struct {
 	argv, env []string
 	grace     time.Duration // after SIGTERM, should redlease die
-	slack     time.Duration // guardSlack of the lease's safety margin
+	lead      time.Duration // stopLead
+	slack     time.Duration // guardSlack(lead)
 	first     guardState    // the lease as it is when COMMAND starts
 	stdin     io.Reader
 	stdout    io.Writer
@@ -358,6 +383,25 @@ func (r *runner) conclude(lease *redlease.Lease, lost error, status int) int {
 	}
 	r.s.debug("released", "resource", r.resource, "status", status)
 	return status
+}
+
+// stopLead is how long before the lease's local deadline (the one that
+// -margin sets) COMMAND gets SIGTERM when no renewal was confirmed: -grace,
+// but at most half of what the local lifetime leaves after a renewal falls
+// due (TTL/3), so that a renewal confirmed in time, or one of its retries,
+// keeps COMMAND running. The lease context ends then, and COMMAND gets
+// SIGKILL at the deadline, a safety margin and the drift allowance before
+// Redis can let the next holder in. The cap is 0.28×TTL with the default
+// margin (TTL/10): 8.35 s for the default TTL, 30 s.
+func stopLead(ttl, margin, grace time.Duration) time.Duration {
+	lifetime := ttl - time.Duration(float64(ttl)*redlease.DriftFactor) - margin
+	return max(min(grace, (lifetime-ttl/3)/2), 0)
+}
+
+// deadline is the lease's local deadline as -margin sets it, by which
+// COMMAND's process group is gone: the lease context ends lead before it.
+func (r *runner) deadline(lease *redlease.Lease) time.Time {
+	return lease.Deadline().Add(r.lead)
 }
 
 // leaseGone returns why the lease has ended, or nil while it holds. After

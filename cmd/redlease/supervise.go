@@ -42,7 +42,7 @@ type supervisor struct {
 	killC, pollC, giveUpC <-chan time.Time
 	pollDelay             time.Duration
 
-	killAt         time.Time // when SIGKILL is due, once the group has had SIGTERM
+	termAt, killAt time.Time // when the group had SIGTERM, and when SIGKILL is due
 	leftovers      bool      // the command has exited; processes it started are still in its group
 	stoppedByCtrlZ bool      // the group was stopped on Ctrl-Z, and not resumed since
 	lost           error     // why the lease ended, once it has
@@ -107,10 +107,7 @@ func arm(t **time.Timer, d time.Duration) <-chan time.Time {
 
 // tell passes the state of the lease and of the group to the guardian.
 func (s *supervisor) tell() {
-	st := guardState{mode: modeRun}
-	if s.lease.Context().Err() == nil {
-		st.leaseLeft = max(time.Until(s.lease.Deadline()), 0)
-	}
+	st := guardState{mode: modeRun, leaseLeft: max(time.Until(s.r.deadline(s.lease)), 0)}
 	switch {
 	case s.stoppedByCtrlZ:
 		st.mode = modeHold
@@ -145,7 +142,9 @@ func (s *supervisor) commandExited() (done bool) {
 	s.leftovers = true
 	s.r.s.debug("the command exited; processes it left in its process group still run: sending them "+terminateName,
 		"pgid", s.job.pid(), "status", s.job.status(), "grace", s.r.grace)
-	s.terminateGroup()
+	// Without a bound from the lease, which renewals keep moving: should
+	// it end, leaseEnded sends them SIGKILL at once.
+	s.terminateGroup(time.Now().Add(s.r.grace))
 	s.pollC = arm(&s.poll, s.pollDelay)
 	return false
 }
@@ -211,7 +210,10 @@ func (s *supervisor) continued() (done bool) {
 }
 
 // leaseEnded records that the lease is gone and stops what still runs
-// under it. Its caller sets leaseDone to nil, so that it runs once.
+// under it: SIGTERM, and SIGKILL -grace later but no later than the
+// lease's local deadline, after which Redis may let the next holder in
+// (when the lease ended unrenewed, its context ended stopLead before that
+// deadline). Its caller sets leaseDone to nil, so that it runs once.
 func (s *supervisor) leaseEnded(cause error) (done bool) {
 	s.lost = cause
 	if s.leftovers { // they have had SIGTERM already: no more grace
@@ -219,36 +221,64 @@ func (s *supervisor) leaseEnded(cause error) (done bool) {
 		s.send(os.Kill, "SIGKILL")
 		return true
 	}
-	s.r.say("the %s ended while the command ran: %v; sending it %s", s.r.what, s.lost, terminateName)
-	s.terminateGroup()
+	now := time.Now()
+	killAt := earliest(now.Add(s.r.grace), s.r.deadline(s.lease))
+	if !killAt.After(now) { // -grace 0, or stopped past the deadline (Ctrl-Z)
+		why := "-grace 0"
+		if s.r.grace > 0 {
+			why = "the lease's local deadline has passed"
+		}
+		s.r.say("the %s ended while the command ran: %v; sending it SIGKILL (%s)", s.r.what, s.lost, why)
+		s.send(os.Kill, "SIGKILL")
+		s.stoppedByCtrlZ = false
+		s.termAt, s.killAt = now, now
+		s.tell()
+		return false
+	}
+	s.r.say("the %s ended while the command ran: %v; sending it %s, and SIGKILL in %v if it still runs",
+		s.r.what, s.lost, terminateName, killAt.Sub(now).Round(time.Millisecond))
+	s.terminateGroup(killAt)
 	return false
 }
 
-// killTimer: -grace has passed since SIGTERM.
+// killTimer: SIGKILL is due, -grace after SIGTERM or at the lease's local
+// deadline.
 func (s *supervisor) killTimer() {
 	s.killC = nil
+	after := s.killAt.Sub(s.termAt).Round(time.Millisecond)
 	if s.leftovers {
 		s.r.s.debug("processes the command left behind still run after "+terminateName+": sending them SIGKILL",
-			"pgid", s.job.pid(), "grace", s.r.grace)
+			"pgid", s.job.pid(), "after", after)
 		s.send(os.Kill, "SIGKILL")
 		s.giveUpC = arm(&s.giveUp, killWait)
 		return
 	}
-	s.r.say("the command still runs %v after %s; sending it SIGKILL", s.r.grace, terminateName)
+	at := ""
+	if after < s.r.grace {
+		at = " (the lease's local deadline)"
+	}
+	s.r.say("the command still runs %v after %s%s; sending it SIGKILL", after, terminateName, at)
 	s.send(os.Kill, "SIGKILL")
 }
 
 // terminateGroup sends the group SIGTERM, and SIGCONT: a stopped process
-// acts on SIGTERM only once continued. SIGKILL follows -grace later.
-func (s *supervisor) terminateGroup() {
+// acts on SIGTERM only once continued. SIGKILL follows at killAt.
+func (s *supervisor) terminateGroup(killAt time.Time) {
 	s.send(terminate, terminateName)
 	if err := s.job.resume(); err != nil {
 		s.r.say("sending SIGCONT: %v", err)
 	}
 	s.stoppedByCtrlZ = false
-	s.killAt = time.Now().Add(s.r.grace)
-	s.killC = arm(&s.kill, s.r.grace)
+	s.termAt, s.killAt = time.Now(), killAt
+	s.killC = arm(&s.kill, max(time.Until(killAt), 0))
 	s.tell()
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (s *supervisor) send(sig os.Signal, name string) {
