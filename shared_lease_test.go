@@ -281,8 +281,8 @@ func TestSharedLeasesLostAndBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	_, err = c.TryAcquireSemaphore(ctx, "", 2)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	require.Zero(t, (*Lease)(nil).Permit())
-	require.Equal(t, 0, r.Permit())
+	require.Equal(t, -1, (*Lease)(nil).Permit())
+	require.Equal(t, -1, r.Permit(), "no permit")
 }
 
 // Inspect and Scan show shared leases and their holders; Break removes one

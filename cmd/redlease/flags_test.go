@@ -22,7 +22,7 @@ func TestFlagsAreCheckedBeforeConnecting(t *testing.T) {
 		args []string
 		want string // in the message
 	}{
-		{[]string{"run", "-redis", down, "-ttl", "1.5ms", "res", "--", "true"}, "-ttl 1.5ms: TTL 1.5ms is not a whole number of milliseconds"},
+		{[]string{"run", "-redis", down, "-ttl", "10.5ms", "res", "--", "true"}, "-ttl 10.5ms: TTL 10.5ms is not a whole number of milliseconds"},
 		{[]string{"run", "-redis", down, "-ttl", "0", "res", "--", "true"}, "-ttl 0s: "},
 		{[]string{"run", "-redis", down, "-ttl", "3s", "-margin", "3s", "res", "--", "true"}, "-margin 3s: "},
 		{[]string{"run", "-redis", down, "-margin", "-1s", "res", "--", "true"}, "-margin -1s: "},
