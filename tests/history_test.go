@@ -1,4 +1,4 @@
-package redlease_test
+package tests
 
 import (
 	"cmp"
