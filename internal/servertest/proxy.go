@@ -1,6 +1,8 @@
 package servertest
 
 import (
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -8,7 +10,7 @@ import (
 )
 
 // Proxy is a TCP proxy on loopback that injects network faults between
-// a client and a server: per-direction delay, blackhole (connections stay
+// a client and a server: per-direction latency, blackhole (connections stay
 // open, nothing is forwarded until healed, as TCP would hold and retransmit),
 // dropped replies (the request is delivered, then the connection is closed
 // instead of delivering the reply) and reset of every open connection.
@@ -21,6 +23,7 @@ type Proxy struct {
 	faults  [2]faults // by direction
 	conns   map[net.Conn]struct{}
 	closed  bool
+	done    chan struct{} // closed by Close: ends the waits of held chunks
 	pumping sync.WaitGroup
 }
 
@@ -46,7 +49,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	p.pumping.Add(1)
 	go p.accept()
@@ -57,7 +60,11 @@ func StartProxy(t testing.TB, target string) *Proxy {
 // Addr is the address clients dial instead of the target's.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Delay holds every chunk going in direction d for delay before forwarding it.
+// Delay holds every chunk going in direction d for delay after it arrived
+// before forwarding it, in order: a latency, as of a long link, not a
+// narrow one (chunks that arrive while others are held are held alongside
+// them, not after them: a keep-alive PING does not put off the request
+// behind it by another delay). Chunks already held keep their time.
 func (p *Proxy) Delay(d Direction, delay time.Duration) {
 	p.set(func() { p.faults[d].delay = delay })
 }
@@ -102,6 +109,9 @@ func (p *Proxy) set(f func()) {
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	p.mu.Unlock()
 	p.cond.Broadcast()
@@ -138,9 +148,23 @@ func (p *Proxy) accept() {
 }
 
 // pump copies src to dst, applying the faults of direction d to each chunk.
+// Chunks go to a writer of the pump's (forward), which sends each at its
+// time, in order, while the pump reads on. When src ends by EOF, what is
+// held is still delivered; when the proxy drops, resets or closes the
+// connection, it is lost with it.
 func (p *Proxy) pump(src, dst net.Conn, d Direction) {
 	defer p.pumping.Done()
+	held := make(chan heldChunk, 1024)
+	abort := make(chan struct{})
+	forwarded := make(chan struct{})
+	go p.forward(dst, held, abort, forwarded)
+	var err error
 	defer func() {
+		if !errors.Is(err, io.EOF) {
+			close(abort)
+		}
+		close(held)
+		<-forwarded
 		p.mu.Lock()
 		delete(p.conns, src)
 		delete(p.conns, dst)
@@ -150,8 +174,10 @@ func (p *Proxy) pump(src, dst net.Conn, d Direction) {
 	}()
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := src.Read(buf)
+		var n int
+		n, err = src.Read(buf)
 		if n > 0 {
+			arrived := time.Now()
 			p.mu.Lock()
 			for p.faults[d].blackhole && !p.closed {
 				p.cond.Wait()
@@ -162,17 +188,49 @@ func (p *Proxy) pump(src, dst net.Conn, d Direction) {
 			}
 			p.mu.Unlock()
 			if closed || f.drop > 0 {
+				err = net.ErrClosed
 				return
 			}
-			if f.delay > 0 {
-				time.Sleep(f.delay)
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+			held <- heldChunk{data: append([]byte(nil), buf[:n]...), due: arrived.Add(f.delay)}
 		}
 		if err != nil {
 			return
+		}
+	}
+}
+
+// heldChunk is a chunk that forward sends to its destination at due.
+type heldChunk struct {
+	data []byte
+	due  time.Time
+}
+
+// forward writes the chunks of held to dst, each at its due time, until
+// held is closed, abort is closed or a write fails (then it drops the
+// rest); it closes forwarded when it returns.
+func (p *Proxy) forward(dst net.Conn, held <-chan heldChunk, abort <-chan struct{}, forwarded chan<- struct{}) {
+	defer close(forwarded)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failed := false
+	for c := range held {
+		if failed {
+			continue
+		}
+		if wait := time.Until(c.due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-abort:
+				failed = true
+				continue
+			case <-p.done:
+				failed = true
+				continue
+			}
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			failed = true
 		}
 	}
 }
