@@ -17,7 +17,8 @@ import (
 
 // The fault scenarios of the shared leases (issue 15): a semaphore of
 // sharedPermits permits, and read/write leases, each against real
-// redis-servers, with workers that contend for more than the permits. The
+// servers of each kind and on each client library (eachFault), with
+// workers that contend for more than the permits. The
 // protected resource: a semaphore's is one fenced slot per permit, written
 // through the Redis guard under fencing.Key; read/write leases' is one
 // register that writers write and readers read through rwScript. The
@@ -106,32 +107,40 @@ func (s *resourceStore) use(ctx context.Context, client int, l *redlease.Lease) 
 }
 
 // sharedScene is the setup that the shared leases' scenarios repeat: a
-// history, the lock's redis-server, the resource's on another, and the kind
-// of shared lease under test: a semaphore of sharedPermits permits on "sem",
-// or read/write leases on "rw".
+// history, the client library under test, the lock's server, the
+// resource's on another, and the kind of shared lease under test: a
+// semaphore of sharedPermits permits on "sem", or read/write leases on "rw".
 type sharedScene struct {
 	t        *testing.T
 	h        *history
+	lib      library
 	lock     *servertest.Server
 	store    *resourceStore
 	resource string
 	permits  int // a semaphore's; 0 for read/write leases
 }
 
-func newSharedScene(t *testing.T, semaphore bool) *sharedScene {
+func newSharedScene(t *testing.T, lib library, kind servertest.Kind, semaphore bool) *sharedScene {
 	h := newHistory()
-	s := &sharedScene{t: t, h: h, lock: servertest.Redis(t), store: newResourceStore(t, h), resource: "rw"}
+	s := &sharedScene{t: t, h: h, lib: lib, lock: servertest.Start(t, kind), store: newResourceStore(t, h, kind), resource: "rw"}
 	if semaphore {
 		s.resource, s.permits = "sem", sharedPermits
 	}
 	return s
 }
 
-// forSharedKinds runs scenario as the subtests "semaphore" and "read-write".
+// forSharedKinds runs scenario as the subtests "semaphore" and "read-write"
+// of each library and server kind (eachFault), in parallel: each has
+// servers of its own.
 func forSharedKinds(t *testing.T, scenario func(t *testing.T, s *sharedScene)) {
-	for _, name := range []string{"semaphore", "read-write"} {
-		t.Run(name, func(t *testing.T) { scenario(t, newSharedScene(t, name == "semaphore")) })
-	}
+	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
+		for _, name := range []string{"semaphore", "read-write"} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				scenario(t, newSharedScene(t, lib, kind, name == "semaphore"))
+			})
+		}
+	})
 }
 
 // kindOf is the kind of lease that worker (or round) i takes: a permit;
@@ -147,9 +156,10 @@ func (s *sharedScene) kindOf(i int) leaseKind {
 	return leaseRead
 }
 
-// client returns a Client of the lock server with the suite's options.
+// client returns a Client on the library under test, of the lock server,
+// with the suite's options.
 func (s *sharedScene) client(extra ...redlease.Option) *redlease.Client {
-	return redlease.New(s.lock.Client(s.t), faultOpts(s.h, extra...)...)
+	return s.lib.plain(s.t, s.lock.Addr, false, faultOpts(s.h, extra...)...)
 }
 
 // acquire takes a lease of kind for client with c, waiting if wait, and
@@ -265,50 +275,56 @@ func (h *history) replacedBetween(client int, in opInput, from, to time.Time) bo
 // holder's write (or read) is refused by the resource, its lease context
 // has ended (ErrLeaseLost), its renewal fails.
 func TestFaultSharedHolderPause(t *testing.T) {
-	for _, mode := range []string{"semaphore", "write", "read"} {
-		t.Run(mode, func(t *testing.T) {
-			s := newSharedScene(t, mode == "semaphore")
-			ctx := t.Context()
-			childMode := mode
-			if s.permits > 0 {
-				childMode = fmt.Sprint("semaphore:", s.permits)
-			}
-			child := startPausedChild(t, s.h, s.lock.Addr, s.store.addr, s.resource, childMode)
-			refused, line := child.use()
-			require.False(t, refused, "before its pause, the holder's %v is accepted: %s", child.in.kind, line)
+	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
+		for _, mode := range []string{"semaphore", "write", "read"} {
+			t.Run(mode, func(t *testing.T) {
+				t.Parallel()
+				testSharedHolderPause(t, newSharedScene(t, lib, kind, mode == "semaphore"), mode)
+			})
+		}
+	})
+}
 
-			stop := make(chan struct{})
-			done := s.start(ctx, stop, scale(3, 6))
-			stopped := child.stop()
-			time.Sleep(time.Until(stopped.Add(3 * faultTTL)))
-			resumed := time.Now()
-			child.resume()
-			refused, line = child.use()
-			close(stop)
-			servertest.Recv(t, done, time.Minute)
-			require.True(t, refused, "the paused holder's %v after waking is refused: %s", child.in.kind, line)
-			child.expectEnded()
-
-			same := func(in opInput) bool { return in.resource == child.in.resource }
-			require.Positive(t, s.h.uses(resOK, stopped, resumed, same), "others used %s during the pause", child.in.resource)
-			switch mode {
-			case "semaphore":
-				other := func(in opInput) bool { return in.resource != child.in.resource }
-				require.Positive(t, s.h.uses(resOK, stopped, resumed, other), "the other permit's holders proceeded")
-			case "read":
-				writes := func(in opInput) bool { return in.kind == opWrite }
-				require.Positive(t, s.h.uses(resOK, stopped, resumed, writes), "a writer came in after the paused reader")
-			}
-			t.Logf("during the pause: %d uses accepted, %d refused", s.h.uses(resOK, stopped, resumed, anyUse),
-				s.h.uses(resFail, stopped, resumed, anyUse))
-			s.h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
-		})
+func testSharedHolderPause(t *testing.T, s *sharedScene, mode string) {
+	ctx := t.Context()
+	childMode := mode
+	if s.permits > 0 {
+		childMode = fmt.Sprint("semaphore:", s.permits)
 	}
+	child := startPausedChild(t, s.h, s.lib, s.lock.Addr, s.store.addr, s.resource, childMode)
+	refused, line := child.use()
+	require.False(t, refused, "before its pause, the holder's %v is accepted: %s", child.in.kind, line)
+
+	stop := make(chan struct{})
+	done := s.start(ctx, stop, scale(3, 6))
+	stopped := child.stop()
+	time.Sleep(time.Until(stopped.Add(3 * faultTTL)))
+	resumed := time.Now()
+	child.resume()
+	refused, line = child.use()
+	close(stop)
+	servertest.Recv(t, done, time.Minute)
+	require.True(t, refused, "the paused holder's %v after waking is refused: %s", child.in.kind, line)
+	child.expectEnded()
+
+	same := func(in opInput) bool { return in.resource == child.in.resource }
+	require.Positive(t, s.h.uses(resOK, stopped, resumed, same), "others used %s during the pause", child.in.resource)
+	switch mode {
+	case "semaphore":
+		other := func(in opInput) bool { return in.resource != child.in.resource }
+		require.Positive(t, s.h.uses(resOK, stopped, resumed, other), "the other permit's holders proceeded")
+	case "read":
+		writes := func(in opInput) bool { return in.kind == opWrite }
+		require.Positive(t, s.h.uses(resOK, stopped, resumed, writes), "a writer came in after the paused reader")
+	}
+	t.Logf("during the pause: %d uses accepted, %d refused", s.h.uses(resOK, stopped, resumed, anyUse),
+		s.h.uses(resFail, stopped, resumed, anyUse))
+	s.h.check(t, checks{fenceOrder: true, ownership: true, exclusion: true})
 }
 
 // ---- a restart without persistence ----
 
-// Four workers contend for 3×TTL, the lock's redis-server is SIGKILLed and
+// Four workers contend for 3×TTL, the lock's server is SIGKILLed and
 // restarted without persistence, and they go on for a TTL (the long
 // variant: eight workers, 30×TTL and 10×TTL): Redis has
 // forgotten the permits, the leases and the fence counter, fences go back,
@@ -391,8 +407,8 @@ func (s *sharedScene) repair(ctx context.Context) int {
 // ---- lost replies ----
 
 // A client whose acquires, renewals and releases may each lose their reply
-// (the proxy closes the connection instead of forwarding it; go-redis
-// retries off) takes permits, or read and write leases by turns, while two
+// (the proxy closes the connection instead of forwarding it; the client
+// library's retries off: library.plain's noRetry) takes permits, or read and write leases by turns, while two
 // workers contend on direct connections (the long variant: four, and 200
 // rounds instead of 24). It waits for most acquires, which
 // retry with the same owner token until they learn their outcome; every
@@ -413,11 +429,8 @@ func TestFaultSharedLostReplies(t *testing.T) {
 	forSharedKinds(t, func(t *testing.T, s *sharedScene) {
 		ctx := t.Context()
 		proxy := servertest.StartProxy(t, s.lock.Addr)
-		rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
-		t.Cleanup(func() { _ = rdb.Close() })
-		lossy := redlease.New(rdb, faultOpts(s.h, redlease.WithAutoRenew(false), redlease.WithHolder("lossy"))...)
-		defer lossy.Close(ctx)
-		admin := redlease.New(s.lock.Client(t))
+		lossy := s.lib.plain(t, proxy.Addr(), true, faultOpts(s.h, redlease.WithAutoRenew(false), redlease.WithHolder("lossy"))...)
+		admin := s.lib.plain(t, s.lock.Addr, false)
 		held := func() []redlease.Holder {
 			st, err := admin.Inspect(ctx, s.resource)
 			require.NoError(t, err)
@@ -429,9 +442,9 @@ func TestFaultSharedLostReplies(t *testing.T) {
 			}
 			return hs
 		}
-		lose := func(n int) { // the next n replies, on a warm connection
+		lose := func(n int) { // the next n replies, on a warm connection (see warm)
 			proxy.Heal() // drops left over by an acquire that needed fewer
-			servertest.WaitFor(t, time.Second, func() bool { return rdb.Ping(ctx).Err() == nil })
+			servertest.WaitFor(t, time.Second, func() bool { _, err := lossy.Inspect(ctx, s.resource); return err == nil })
 			proxy.DropReplies(n)
 		}
 

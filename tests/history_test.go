@@ -39,7 +39,7 @@ const (
 	opRelease
 	opWrite
 	opRead    // a reader's fenced read of a read/write resource
-	opRestart // the lock's redis-server restarted without persistence: it forgot every lease and fence counter
+	opRestart // the lock's server restarted without persistence: it forgot every lease and fence counter
 	opAdvance // AdvanceFence: in.fence is atLeast, out.fence the counter afterwards
 )
 
@@ -246,7 +246,7 @@ func (h *history) Use(client int, in opInput, do func() error) error {
 	return err
 }
 
-// Restart runs restart, which restarts the lock's redis-server without
+// Restart runs restart, which restarts the lock's server without
 // persistence, and records it: from then on Redis has no lease and no fence
 // counter (a new epoch of the lock, see stepRestart).
 func (h *history) Restart(restart func()) {
@@ -461,7 +461,7 @@ func lockModel(c checks) porcupine.Model {
 			}
 			switch {
 			case in.kind == opRestart:
-				return "restart of the lock's redis-server, without persistence"
+				return "restart of the lock's server, without persistence"
 			case in.kind == opAdvance:
 				return fmt.Sprintf("advance(%s, at least %d) -> %d, %v", in.resource, in.fence, out.fence, out.res)
 			case in.kind == opAcquire && out.res == resOK && in.lease == leasePermit:
