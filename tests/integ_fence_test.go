@@ -9,6 +9,7 @@ import (
 
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/require"
+	"github.com/redlease/redlease/internal/servertest"
 	"github.com/redlease/redlease/internal/wire"
 )
 
@@ -69,7 +70,8 @@ func TestIntegrationFenceCounterNeverExpiresNorFallsBack(t *testing.T) {
 			require.NoError(t, err)
 			require.Greater(t, l.Fence(), last)
 			last = l.Fence()
-			time.Sleep(100 * time.Millisecond) // let it expire instead of releasing
+			// Let it expire instead of releasing.
+			servertest.WaitFor(t, 5*time.Second, func() bool { return e.rdb.Exists(ctx, "redlease:{r}:lease").Val() == 0 })
 		}
 		ttl, err := e.rdb.PTTL(ctx, integCounterKey(redlease.DefaultPrefix, "r")).Result()
 		require.NoError(t, err)

@@ -233,8 +233,9 @@ func integWaiter(ctx context.Context, c *redlease.Client, resource string, opts 
 
 // integServed returns the calls per command that the servers at nodes
 // served since their stats were reset (CONFIG RESETSTAT), less the test's
-// own: CONFIG RESETSTAT and INFO, and PING, which rueidis and valkey-go
-// send on an idle connection by themselves.
+// own, CONFIG RESETSTAT and INFO, and PING, which rueidis and valkey-go
+// send on an idle connection by themselves. The commands that scripts run
+// count too (integMonitor tells them apart).
 func integServed(t *testing.T, nodes ...*redis.Client) map[string]int {
 	t.Helper()
 	served := map[string]int{}
@@ -256,15 +257,6 @@ func integResetStats(t *testing.T, nodes ...*redis.Client) {
 	for _, n := range nodes {
 		require.NoError(t, n.ConfigResetStat(context.Background()).Err())
 	}
-}
-
-// integTotal is the sum of served's calls.
-func integTotal(served map[string]int) int {
-	n := 0
-	for _, calls := range served {
-		n += calls
-	}
-	return n
 }
 
 // integRecorder is an Observer that records the events it hears.
@@ -381,18 +373,6 @@ func integUsedMemory(t *testing.T, rdb *redis.Client) int64 {
 	}
 	t.Fatal("no used_memory")
 	return 0
-}
-
-// integWithin fails the test unless f returns within limit.
-func integWithin(t *testing.T, limit time.Duration, what string, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	select {
-	case <-done:
-	case <-time.After(limit):
-		t.Fatalf("%s did not return within %v", what, limit)
-	}
 }
 
 // integMonitor reads what a server runs (MONITOR), to tell which requests
