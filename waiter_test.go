@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/redlease/redlease/internal/wire"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,5 +134,59 @@ func TestWaitRidesOutARedisThatIsLoading(t *testing.T) {
 			mr.SetError("")
 			require.NoError(t, servertest.Recv(t, got, 15*time.Second))
 		})
+	}
+}
+
+// A wait whose context ends while an attempt is on its way, after Redis
+// answered that another owner holds the lease, is not acquired
+// (ErrNotAcquired and the context's error, the attempt's outcome unknown),
+// not unavailable: Redis answered. (It was ErrUnavailable, as if Redis had
+// answered none of its requests, whenever the end met an attempt rather
+// than the sleep between two: TestIntegrationWaiterThatGivesUpLeavesTheQueue
+// failed now and then.)
+func TestWaitEndedDuringAnAttemptIsNotUnavailable(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	held, err := New(rdb).TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	defer held.Release(t.Context())
+
+	waitRdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = waitRdb.Close() })
+	hold := &holdSecondScript{}
+	waitRdb.AddHook(hold)
+	c := New(waitRdb)
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "r")
+		got <- err
+	}()
+	servertest.WaitFor(t, 10*time.Second, func() bool { return hold.scripts.Load() >= 2 }) // the second attempt is on its way
+	cancel()
+	err = servertest.Recv(t, got, 10*time.Second)
+	require.ErrorIs(t, err, ErrNotAcquired)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, ErrUnavailable, "Redis answered the first attempt")
+}
+
+// holdSecondScript holds a client's second script until its context ends,
+// as if its reply were on its way, and lets the others through.
+type holdSecondScript struct{ scripts atomic.Int64 }
+
+func (h *holdSecondScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdSecondScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *holdSecondScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if (cmd.Name() == "evalsha" || cmd.Name() == "eval") && h.scripts.Add(1) == 2 {
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
 	}
 }
