@@ -183,6 +183,32 @@ func TestIntegrationWaitThatMeetsAnOutageSaysSoOnce(t *testing.T) {
 	})
 }
 
+// A waiter whose Redis goes away while it waits ends after WithMaxOutage,
+// as one that began in the outage does, with ErrUnavailable naming the
+// address. (From the core's TestMaxOutage.)
+func TestIntegrationMaxOutageEndsAWaitWhoseRedisWentAway(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		holder := e.client(redlease.WithAutoRenew(false), redlease.WithTTL(time.Minute))
+		_, err := holder.TryAcquire(t.Context(), "held")
+		require.NoError(t, err)
+		waiter := e.clientAt(e.srv.Addr, true, redlease.WithAutoRenew(false))
+		got := make(chan error, 1)
+		go func() {
+			_, err := waiter.Acquire(context.Background(), "held", redlease.WithMaxOutage(500*time.Millisecond))
+			got <- err
+		}()
+		servertest.WaitFor(t, 10*time.Second, func() bool {
+			st, err := holder.Inspect(t.Context(), "held")
+			return err == nil && st.Waiters == 1
+		})
+		e.srv.Stop()
+		err = servertest.Recv(t, got, 20*time.Second)
+		require.ErrorIs(t, err, redlease.ErrUnavailable, "a waiter whose Redis went away")
+		require.ErrorContains(t, err, e.srv.Addr)
+		require.ErrorContains(t, err, "no answer from Redis for 500ms")
+	})
+}
+
 // integBuffer is a bytes.Buffer that goroutines may write to at once.
 type integBuffer struct {
 	mu sync.Mutex
