@@ -132,6 +132,7 @@ type acquisition struct {
 	wait      bool
 	queued    bool // an attempt may have put the owner in a queue
 	sent      bool // an attempt may have reached Redis: the owner may hold a lease
+	heard     bool // Redis answered an attempt: the acquire is not ErrUnavailable
 	kind      leaseKind
 	permits   int              // kindPermit: how many the semaphore has
 	permit    int              // kindPermit: the one the attempt got
@@ -356,7 +357,10 @@ func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
 		return notAcquired(a.resources[0], cause)
 	case cause == nil:
 		return a.unavailable(nil, errorf("%w: %w", ErrOutcomeUnknown, unknown))
-	case !errors.Is(cause, ErrUnavailable):
+	case errors.Is(cause, ErrUnavailable):
+	case a.heard: // Redis answered an attempt: not unavailable, whatever the last did
+		return notAcquired(a.resources[0], errorf("%w: %w: %w", cause, ErrOutcomeUnknown, unknown))
+	default:
 		cause = a.unavailable(cause, nil)
 	}
 	return errorf("%w: %w: %w", cause, ErrOutcomeUnknown, unknown)

@@ -23,6 +23,9 @@ func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 		a.sent = true
 		a.queued = a.queued || a.wait
 	}
+	if r.Err == nil || a.classify(r.Err) == driver.Refused {
+		a.heard = true
+	}
 	if kind, ok := wire.WrongKind(r.Err); ok {
 		which := quote(a.resources[0])
 		if len(a.resources) > 1 {

@@ -3,13 +3,11 @@ package redlease
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"github.com/redlease/redlease/internal/wire"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -392,205 +390,9 @@ func TestWatchdogOnMiniredis(t *testing.T) {
 	require.ErrorIs(t, l.Release(t.Context()), ErrLeaseLost)
 }
 
-// ---- integration tests on a real redis-server ----
-
-func TestIntegrationContendersExactlyOneWins(t *testing.T) {
-	srv := servertest.Redis(t)
-	const n = 16
-	start := make(chan struct{})
-	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		won    []*Lease
-		others int
-	)
-	for range n {
-		c := New(srv.Client(t), WithTTL(10*time.Second))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, err := c.TryAcquire(context.Background(), "contended")
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				won = append(won, l)
-			} else if errors.Is(err, ErrNotAcquired) {
-				others++
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	require.Len(t, won, 1)
-	require.Equal(t, n-1, others)
-	require.Equal(t, int64(1), won[0].Fence())
-	require.NoError(t, won[0].Release(t.Context()))
-}
-
-func TestIntegrationDeadHolderIsReplacedAfterExpiry(t *testing.T) {
-	srv := servertest.Redis(t)
-	ctx := t.Context()
-	// A's process dies: its connection closes and nothing renews or releases.
-	deadRdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	dead := New(deadRdb, WithTTL(300*time.Millisecond))
-	a, err := dead.TryAcquire(ctx, "r")
-	require.NoError(t, err)
-	_ = deadRdb.Close()
-
-	c := New(srv.Client(t))
-	start := time.Now()
-	b, err := c.Acquire(ctx, "r")
-	require.NoError(t, err)
-	require.Greater(t, b.Fence(), a.Fence())
-	require.Less(t, time.Since(start), 10*time.Second)
-	servertest.WaitDone(t, a.Context(), 10*time.Second) // the dead holder's context ended too
-	require.NoError(t, b.Release(ctx))
-}
-
-func TestIntegrationStaleReleaseDoesNotDeleteNewLease(t *testing.T) {
-	srv := servertest.Redis(t)
-	rdb := srv.Client(t)
-	ctx := t.Context()
-	c := New(rdb, WithTTL(200*time.Millisecond), WithAutoRenew(false))
-	a, err := c.TryAcquire(ctx, "r")
-	require.NoError(t, err)
-	time.Sleep(400 * time.Millisecond) // A pauses past its TTL
-	b, err := c.TryAcquire(ctx, "r", WithTTL(10*time.Second))
-	require.NoError(t, err)
-
-	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost)
-	v, err := rdb.Get(ctx, "redlease:{r}:lease").Result()
-	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("%s:%d:%s", b.Owner(), b.Fence(), DefaultHolder()), v)
-	require.NoError(t, b.Release(ctx))
-}
-
-func TestIntegrationRenewAfterLoss(t *testing.T) {
-	srv := servertest.Redis(t)
-	rdb := srv.Client(t)
-	ctx := t.Context()
-
-	for _, autoRenew := range []bool{false, true} {
-		t.Run(fmt.Sprintf("autoRenew=%v", autoRenew), func(t *testing.T) {
-			res := fmt.Sprintf("renew-%v", autoRenew)
-			c := New(rdb, WithTTL(600*time.Millisecond), WithAutoRenew(autoRenew))
-			a, err := c.TryAcquire(ctx, res)
-			require.NoError(t, err)
-			// An operator breaks the lease and B takes it while A still runs.
-			require.NoError(t, rdb.Del(ctx, "redlease:{"+res+"}:lease").Err())
-			b, err := c.TryAcquire(ctx, res, WithTTL(10*time.Second))
-			require.NoError(t, err)
-
-			if autoRenew {
-				servertest.WaitDone(t, a.Context(), 10*time.Second) // the watchdog's renewal found it
-			} else {
-				require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost)
-			}
-			require.ErrorIs(t, context.Cause(a.Context()), ErrLeaseLost)
-			require.ErrorIs(t, a.Refresh(ctx), ErrLeaseLost)
-			ttl, err := rdb.PTTL(ctx, "redlease:{"+res+"}:lease").Result()
-			require.NoError(t, err)
-			require.Greater(t, ttl, 5*time.Second, "A's renewals did not touch B's lease")
-			require.NoError(t, b.Release(ctx))
-		})
-	}
-}
-
-func TestIntegrationWatchdogKeepsLeaseFiveTTLs(t *testing.T) {
-	srv := servertest.Redis(t)
-	ttl := 300 * time.Millisecond
-	holder := New(srv.Client(t), WithTTL(ttl))
-	rival := New(srv.Client(t))
-	ctx := t.Context()
-	l, err := holder.TryAcquire(ctx, "r")
-	require.NoError(t, err)
-
-	deadline := time.Now().Add(5 * ttl)
-	tries := 0
-	for time.Now().Before(deadline) {
-		_, err := rival.TryAcquire(ctx, "r")
-		require.ErrorIs(t, err, ErrNotAcquired)
-		tries++
-		time.Sleep(10 * time.Millisecond)
-	}
-	require.NoError(t, l.Context().Err(), "the lease stayed held")
-	require.Greater(t, tries, 10)
-	require.NoError(t, l.Release(ctx))
-}
-
-func TestIntegrationUnreachableRedisEndsContextBeforeServerExpiry(t *testing.T) {
-	srv := servertest.Redis(t)
-	proxy := servertest.StartProxy(t, srv.Addr)
-	direct := srv.Client(t)
-	const ttl = 2 * time.Second
-	c := New(servertest.NewClient(t, proxy.Addr()), WithTTL(ttl), WithSafetyMargin(ttl/4))
-	l, err := c.TryAcquire(t.Context(), "r")
-	require.NoError(t, err)
-
-	time.Sleep(ttl / 2) // a renewal or two go through
-	cut := time.Now()
-	proxy.Blackhole()
-	// Every confirmed request was sent before the cut, so the server keeps
-	// the lease until at least cut+TTL; the context must end before that.
-	servertest.WaitDone(t, l.Context(), 3*ttl)
-	ended := time.Now()
-	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
-	require.True(t, ended.Before(cut.Add(ttl)), "context ended %v after the cut, TTL is %v", ended.Sub(cut), ttl)
-	pttl, err := direct.PTTL(t.Context(), "redlease:{r}:lease").Result()
-	require.NoError(t, err)
-	require.Greater(t, pttl, time.Duration(0), "the server still had the lease when the holder stopped")
-
-	proxy.Heal()
-	_ = l.Release(t.Context())
-}
-
-func TestIntegrationOneCommandPerAcquireAndRelease(t *testing.T) {
-	srv := servertest.Redis(t)
-	rdb := srv.Client(t)
-	ctx := t.Context()
-	hook := &servertest.CountingHook{}
-	rdb.AddHook(hook)
-	c := New(rdb, WithAutoRenew(false))
-	warm, err := c.TryAcquire(ctx, "warm") // loads the scripts (EVALSHA, NOSCRIPT, EVAL)
-	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
-
-	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
-	before := hook.Cmds.Load()
-	l, err := c.TryAcquire(ctx, "r")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), hook.Cmds.Load()-before, "acquire is one round trip")
-	stats := servertest.CommandStats(t, rdb)
-	require.Equal(t, 1, stats["evalsha"])
-	require.Zero(t, stats["eval"])
-
-	before = hook.Cmds.Load()
-	require.NoError(t, l.Release(ctx))
-	require.Equal(t, int64(1), hook.Cmds.Load()-before, "release is one round trip")
-	stats = servertest.CommandStats(t, rdb)
-	require.Equal(t, 2, stats["evalsha"])
-	require.Zero(t, stats["eval"])
-}
-
-func TestIntegrationScriptCacheFlushed(t *testing.T) {
-	srv := servertest.Redis(t)
-	rdb := srv.Client(t)
-	ctx := t.Context()
-	c := New(rdb, WithTTL(300*time.Millisecond))
-	var leases []*Lease
-	for i := range 3 { // several leases, so renewals go in one pipeline
-		l, err := c.TryAcquire(ctx, fmt.Sprint("flush-", i))
-		require.NoError(t, err)
-		leases = append(leases, l)
-	}
-	require.NoError(t, rdb.ScriptFlush(ctx).Err())
-	time.Sleep(time.Second) // renewals across a lost script cache
-	for _, l := range leases {
-		require.NoError(t, l.Context().Err())
-		require.NoError(t, l.Release(ctx))
-	}
-}
+// The integration tests on real servers are in the tests module
+// (tests/integ_*_test.go), on every client library; those that need the
+// Client's internals or go-redis's stay here.
 
 func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
@@ -618,46 +420,6 @@ func TestNoGoroutineOutlivesReleaseOrLoss(t *testing.T) {
 	require.NoError(t, rdb.Close())
 	mr.Close()
 	servertest.CheckLeaks(t, before, time.Second)
-}
-
-func TestIntegrationClusterClient(t *testing.T) {
-	_, cc := servertest.Cluster(t, 3)
-	ctx := t.Context()
-	c := New(cc, WithTTL(500*time.Millisecond))
-	rival := New(cc)
-	var leases []*Lease
-	for i := range 30 { // resources spread over the slots of all three masters
-		l, err := c.TryAcquire(ctx, fmt.Sprint("shard-", i))
-		require.NoError(t, err)
-		require.Equal(t, int64(1), l.Fence())
-		leases = append(leases, l)
-	}
-	time.Sleep(1500 * time.Millisecond) // renewals in pipelines that span nodes
-	for _, l := range leases {
-		require.NoError(t, l.Context().Err(), l.Resource())
-		_, err := rival.TryAcquire(ctx, l.Resource())
-		require.ErrorIs(t, err, ErrNotAcquired)
-		require.NoError(t, l.Release(ctx))
-	}
-	l, err := rival.TryAcquire(ctx, "shard-7")
-	require.NoError(t, err)
-	require.Greater(t, l.Fence(), int64(1))
-	require.NoError(t, l.Release(ctx))
-}
-
-func TestIntegrationSentinelFailoverClient(t *testing.T) {
-	_, _, _, rdb := servertest.Sentinel(t)
-	ctx := t.Context()
-	c := New(rdb, WithTTL(500*time.Millisecond))
-	l, err := c.TryAcquire(ctx, "r")
-	require.NoError(t, err)
-	time.Sleep(time.Second)
-	require.NoError(t, l.Context().Err())
-	require.NoError(t, l.Release(ctx))
-	l, err = c.Acquire(ctx, "r")
-	require.NoError(t, err)
-	require.Equal(t, int64(2), l.Fence())
-	require.NoError(t, l.Release(ctx))
 }
 
 // warm makes c take and release a lease, so that it knows Redis answers and

@@ -185,50 +185,6 @@ func (h *afterScriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	return next
 }
 
-// An acquire that took a lease, gave it back (here: too few replicas
-// acknowledged it) and queued again with the same owner token leaves the
-// queue when it gives up: the release script used to stop at "this owner's
-// lease was already released", before the queue.
-func TestGivingUpLeavesTheQueueAfterAnEarlierGiveBack(t *testing.T) {
-	s := servertest.Redis(t)
-	ctx := context.Background()
-	a := New(s.Client(t), WithTTL(10*time.Second))
-	defer a.Close(ctx)
-	b := New(s.Client(t), WithTTL(10*time.Second))
-	defer b.Close(ctx)
-	done := make(chan error, 1)
-	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	go func() {
-		// No replica: every attempt takes the lease and gives it back.
-		_, err := a.Acquire(actx, "r", WithReplicaAck(1, 20*time.Millisecond))
-		done <- err
-	}()
-	servertest.WaitFor(t, 5*time.Second, func() bool { n, _ := b.LastFence(ctx, "r"); return n >= 2 })
-	var held *Lease
-	servertest.WaitFor(t, 5*time.Second, func() bool {
-		l, err := b.TryAcquire(ctx, "r")
-		held = l
-		return err == nil
-	})
-	require.ErrorIs(t, <-done, ErrNotAcquired)
-	// The waiter leaves the queue in the background: its ctx's deadline was
-	// too near to wait for that.
-	servertest.WaitFor(t, 5*time.Second, func() bool {
-		st, err := b.Inspect(ctx, "r")
-		require.NoError(t, err)
-		return st.Waiters == 0
-	})
-	require.NoError(t, held.Release(ctx))
-
-	// A fair acquire of the free resource does not wait for a dead waiter.
-	c := New(s.Client(t))
-	defer c.Close(ctx)
-	l, err := c.TryAcquire(ctx, "r", WithFair(true))
-	require.NoError(t, err)
-	require.NoError(t, l.Release(ctx))
-}
-
 // The observers hear of a loss only for a lease that was handed out, and a
 // retried Release is not an overrun.
 func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {

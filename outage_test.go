@@ -88,8 +88,9 @@ func TestAnOutageEndsAnAcquire(t *testing.T) {
 }
 
 // WithMaxOutage(0) rides an outage out until the context ends, then says
-// that Redis was unavailable; and a waiter whose Redis goes away while it
-// waits ends after the bound, as one that began in the outage does.
+// that Redis was unavailable. (That a waiter whose Redis goes away while it
+// waits ends after the bound is TestIntegrationMaxOutageEndsAWaitWhoseRedisWentAway,
+// in tests/, on every client.)
 func TestMaxOutage(t *testing.T) {
 	refused := fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t))
 	rdb := redis.NewClient(&redis.Options{Addr: refused, MaxRetries: -1})
@@ -103,26 +104,4 @@ func TestMaxOutage(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "until the context ended, not the TTL")
-
-	srv := servertest.Redis(t)
-	holder := New(srv.Client(t), WithAutoRenew(false), WithTTL(time.Minute))
-	t.Cleanup(func() { _ = holder.Close(context.Background()) })
-	_, err = holder.TryAcquire(t.Context(), "held")
-	require.NoError(t, err)
-	waiter := New(redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1}), WithAutoRenew(false))
-	t.Cleanup(func() { _ = waiter.Close(context.Background()) })
-	got := make(chan error, 1)
-	go func() {
-		_, err := waiter.Acquire(context.Background(), "held", WithMaxOutage(500*time.Millisecond))
-		got <- err
-	}()
-	servertest.WaitFor(t, 10*time.Second, func() bool {
-		st, err := holder.Inspect(t.Context(), "held")
-		return err == nil && st.Waiters == 1
-	})
-	srv.Stop()
-	err = servertest.Recv(t, got, 20*time.Second)
-	require.ErrorIs(t, err, ErrUnavailable, "a waiter whose Redis went away")
-	require.ErrorContains(t, err, srv.Addr)
-	require.ErrorContains(t, err, "no answer from Redis for 500ms")
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
 	"github.com/redlease/redlease/internal/clock"
@@ -381,26 +379,4 @@ func testReplicaAck(t *testing.T, e *env) {
 	l, err = locks.TryAcquire(ctx, r)
 	must(t, err)
 	must(t, l.Release(ctx))
-}
-
-// Through Sentinel: a lease, a waiter woken by its release, and the
-// replica's acknowledgement.
-func TestSentinel(t *testing.T) {
-	for _, k := range servertest.Kinds() {
-		t.Run(string(k), func(t *testing.T) {
-			master, _, sentinel, _ := servertest.SentinelOf(t, k)
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{sentinel.Addr},
-				Sentinel: rueidis.SentinelOption{MasterSet: "mymaster"}})
-			must(t, err)
-			t.Cleanup(c.Close)
-			eq(t, c.Mode(), rueidis.ClientModeSentinel, "mode")
-			e := &env{kind: k, nodes: []*servertest.Server{master}, client: c}
-			waitReplicated(t, master.Client(t), "r")
-			testReleaseWakesWaiter(t, e)
-			locks := e.locks(t, redlease.WithReplicaAck(1, 2*time.Second))
-			l, err := locks.TryAcquire(t.Context(), resource(t, "r"))
-			must(t, err)
-			must(t, l.Release(t.Context()))
-		})
-	}
 }

@@ -26,8 +26,15 @@ type library struct {
 	// plain returns a Client on the server at addr; with noRetry, a client
 	// that does not send a request again after its reply was lost (go-redis
 	// resends after a reset unless MaxRetries is -1; rueidis and valkey-go
-	// never resend a script).
+	// never resend a script), and that sends its requests one after another
+	// on one connection, so that the next reply a proxy drops is that of
+	// its next request (rueidis and valkey-go otherwise spread them over
+	// connections, as many as GOMAXPROCS makes, each dialed when a request
+	// first picks it).
 	plain func(tb testing.TB, addr string, noRetry bool, opts ...redlease.Option) *redlease.Client
+	// resends tells whether a client that plain returns without noRetry
+	// sends a script again after its reply was lost (go-redis does).
+	resends bool
 	// cluster returns a Client on the Redis Cluster of addrs.
 	cluster func(tb testing.TB, addrs []string, opts ...redlease.Option) *redlease.Client
 	// sentinel returns a Client on the master "mymaster" of the Sentinels
@@ -40,7 +47,8 @@ type library struct {
 // libraries are the client libraries of the suite.
 var libraries = []library{
 	{
-		name: "go-redis",
+		name:    "go-redis",
+		resends: true,
 		plain: func(tb testing.TB, addr string, noRetry bool, opts ...redlease.Option) *redlease.Client {
 			o := &redis.Options{Addr: addr}
 			if noRetry {
@@ -65,7 +73,7 @@ var libraries = []library{
 	{
 		name: "rueidis",
 		plain: func(tb testing.TB, addr string, noRetry bool, opts ...redlease.Option) *redlease.Client {
-			return closing(tb, rueidislease.New(rueidisClient(tb, rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: noRetry}), opts...))
+			return closing(tb, rueidislease.New(rueidisClient(tb, rueidis.ClientOption{InitAddress: []string{addr}, DisableRetry: noRetry, PipelineMultiplex: oneConn(noRetry)}), opts...))
 		},
 		cluster: func(tb testing.TB, addrs []string, opts ...redlease.Option) *redlease.Client {
 			return closing(tb, rueidislease.New(rueidisClient(tb, rueidis.ClientOption{InitAddress: addrs}), opts...))
@@ -81,7 +89,7 @@ var libraries = []library{
 	{
 		name: "valkey-go",
 		plain: func(tb testing.TB, addr string, noRetry bool, opts ...redlease.Option) *redlease.Client {
-			return closing(tb, valkeylease.New(valkeyClient(tb, valkey.ClientOption{InitAddress: []string{addr}, DisableRetry: noRetry}), opts...))
+			return closing(tb, valkeylease.New(valkeyClient(tb, valkey.ClientOption{InitAddress: []string{addr}, DisableRetry: noRetry, PipelineMultiplex: oneConn(noRetry)}), opts...))
 		},
 		cluster: func(tb testing.TB, addrs []string, opts ...redlease.Option) *redlease.Client {
 			return closing(tb, valkeylease.New(valkeyClient(tb, valkey.ClientOption{InitAddress: addrs}), opts...))
@@ -94,6 +102,15 @@ var libraries = []library{
 			return valkeylease.Driver(valkeyClient(tb, valkey.ClientOption{InitAddress: []string{addr}}))
 		},
 	},
+}
+
+// oneConn is the PipelineMultiplex of rueidis and valkey-go that makes them
+// pipeline on one connection, when one is asked for (0: their default).
+func oneConn(one bool) int {
+	if one {
+		return -1
+	}
+	return 0
 }
 
 // each runs f as a subtest per library and server kind, named

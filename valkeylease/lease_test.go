@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
-
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
 	"github.com/redlease/redlease/internal/clock"
@@ -383,26 +381,4 @@ func testReplicaAck(t *testing.T, e *env) {
 	l, err = locks.TryAcquire(ctx, r)
 	must(t, err)
 	must(t, l.Release(ctx))
-}
-
-// Through Sentinel: a lease, a waiter woken by its release, and the
-// replica's acknowledgement.
-func TestSentinel(t *testing.T) {
-	for _, k := range servertest.Kinds() {
-		t.Run(string(k), func(t *testing.T) {
-			master, _, sentinel, _ := servertest.SentinelOf(t, k)
-			c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{sentinel.Addr},
-				Sentinel: valkey.SentinelOption{MasterSet: "mymaster"}})
-			must(t, err)
-			t.Cleanup(c.Close)
-			eq(t, c.Mode(), valkey.ClientModeSentinel, "mode")
-			e := &env{kind: k, nodes: []*servertest.Server{master}, client: c}
-			waitReplicated(t, master.Client(t), "r")
-			testReleaseWakesWaiter(t, e)
-			locks := e.locks(t, redlease.WithReplicaAck(1, 2*time.Second))
-			l, err := locks.TryAcquire(t.Context(), resource(t, "r"))
-			must(t, err)
-			must(t, l.Release(t.Context()))
-		})
-	}
 }
