@@ -18,7 +18,8 @@ import (
 // counter has no TTL and nothing in redlease decrements or deletes it. It can still go
 // backwards if Redis loses it: a restart without persistence, a failover to a
 // replica that had not received the last INCR, an eviction policy that evicts
-// keys without a TTL (use noeviction or a volatile-* policy), or a FLUSHALL.
+// keys without a TTL (use noeviction: a volatile-* policy keeps counters but
+// may evict a live lease), or a FLUSHALL.
 // That is why the resource must check fences itself (package fencing), and
 // why the checks accept an equal fence only from the same owner.
 
