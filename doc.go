@@ -107,7 +107,8 @@
 //     failover, a restart without persistence, an eviction or a flush, and
 //     two holders can then get the same fence. The guards accept an equal
 //     fence only from the same owner; WithReplicaAck narrows the window,
-//     WithFenceSource closes it, Client.AdvanceFence repairs a counter.
+//     WithFenceSource closes it, Client.AdvanceFence repairs a counter
+//     (docs/FAILOVER.md says it whole).
 //   - Exclusion without fencing: a holder that pauses between checking its
 //     context and acting acts late; only the resource's fence check stops it.
 //   - Safety under clock jumps without fencing: a suspended machine, or a
