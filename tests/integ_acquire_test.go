@@ -372,7 +372,11 @@ func TestIntegrationGivingUpLeavesTheQueueAfterAnEarlierGiveBack(t *testing.T) {
 			held = l
 			return err == nil
 		})
-		require.ErrorIs(t, <-done, redlease.ErrNotAcquired)
+		// Busy to the end; or, on a loaded machine, the last attempts met no
+		// answer in time, and the wait ended during that outage.
+		if err := <-done; !errors.Is(err, redlease.ErrNotAcquired) && !errors.Is(err, redlease.ErrUnavailable) {
+			t.Fatalf("the wait ended with %v, want ErrNotAcquired or ErrUnavailable", err)
+		}
 		// The waiter leaves the queue in the background: its ctx's deadline was
 		// too near to wait for that.
 		servertest.WaitFor(t, 5*time.Second, func() bool {
