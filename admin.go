@@ -36,10 +36,10 @@ type Status struct {
 	Owner  string
 	Fence  int64
 	Holder string
-	// TTL is the time the exclusive lease has left: 0 when it is not held,
-	// -1 when the lease key has no expiry (not written by redlease; only an
-	// operator can remove it).
-	TTL time.Duration
+	// Remaining is the time the exclusive lease has left: 0 when it is not
+	// held, -1 when the lease key has no expiry (not written by redlease;
+	// only an operator can remove it).
+	Remaining time.Duration
 	// LastFence is the fence counter the resource draws from: at least the
 	// newest fence drawn from it for the resource (the counter is its hash
 	// slot's), 0 if no resource of that slot was ever acquired (or the
@@ -56,19 +56,20 @@ type Status struct {
 	// Permits is a semaphore's number of permits, 0 if the resource has none
 	// (AcquireSemaphore).
 	Permits int
-	// Shared are the holders of the resource's shared leases: its
-	// semaphore's permits, its write lease, its read leases.
-	Shared []Holder
+	// Shared are the resource's shared leases: its semaphore's permits, its
+	// write lease, its read leases.
+	Shared []SharedLease
 }
 
-// Holder is one holder of a shared lease, in a Status.
-type Holder struct {
-	Kind   string // "permit", "write" or "read"
-	Permit int    // the permit, for kind "permit"
-	Owner  string
-	Fence  int64
-	Holder string        // the holder's description (WithHolder)
-	TTL    time.Duration // the time its lease has left
+// SharedLease is one lease of a resource's semaphore or read/write
+// leases, in a Status.
+type SharedLease struct {
+	Kind      string        // "permit", "write" or "read"
+	Permit    int           // the permit, for kind "permit"
+	Owner     string        // its owner token
+	Fence     int64         // its fence
+	Holder    string        // its holder's description (WithHolder)
+	Remaining time.Duration // the time it has left
 }
 
 // setLease fills the holder's fields from a lease value and its remaining
@@ -80,7 +81,7 @@ func (s *Status) setLease(value string, ttl time.Duration) {
 	} else {
 		s.Owner = value
 	}
-	s.TTL = max(ttl, -1)
+	s.Remaining = max(ttl, -1)
 }
 
 // Inspect returns what Redis holds for resource: the lease and its holder,
@@ -137,8 +138,8 @@ func statusOf(resource, counter string, w wire.Status) (Status, error) {
 	}
 	for _, h := range w.Holders {
 		owner, fence, desc, _ := wire.ParseLease(h.Value)
-		st.Shared = append(st.Shared, Holder{Kind: h.Kind, Permit: int(h.Permit), Owner: owner, Fence: fence,
-			Holder: desc, TTL: time.Duration(h.PTTL) * time.Millisecond})
+		st.Shared = append(st.Shared, SharedLease{Kind: h.Kind, Permit: int(h.Permit), Owner: owner, Fence: fence,
+			Holder: desc, Remaining: time.Duration(h.PTTL) * time.Millisecond})
 	}
 	if counterErr != nil {
 		return st, errorf("%s: %w", quote(resource), counterErr)

@@ -43,7 +43,7 @@ func TestInspect(t *testing.T) {
 	require.Equal(t, l.Owner(), st.Owner)
 	require.Equal(t, l.Fence(), st.Fence)
 	require.Equal(t, l.Fence()+1, st.LastFence, "the waiter's first attempt drew a fence it did not use")
-	require.Equal(t, time.Minute, st.TTL)
+	require.Equal(t, time.Minute, st.Remaining)
 	require.NoError(t, l.Release(ctx))
 
 	st, err = c.Inspect(ctx, "inv:1")
@@ -54,7 +54,7 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, mr.Set("redlease:{manual}:lease", "someone"))
 	st, err = c.Inspect(ctx, "manual")
 	require.NoError(t, err)
-	require.Equal(t, Status{Resource: "manual", Held: true, Kind: "lease", Owner: "someone", TTL: -1}, st)
+	require.Equal(t, Status{Resource: "manual", Held: true, Kind: "lease", Owner: "someone", Remaining: -1}, st)
 
 	_, err = c.Inspect(ctx, "")
 	require.ErrorIs(t, err, ErrInvalidArgument)

@@ -74,5 +74,5 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if !st.Held || st.Fence == 0 {
 		return Leader{}, ErrNoLeader
 	}
-	return Leader{Value: st.Holder, Owner: st.Owner, Fence: st.Fence, Remaining: st.TTL}, nil
+	return Leader{Value: st.Holder, Owner: st.Owner, Fence: st.Fence, Remaining: st.Remaining}, nil
 }

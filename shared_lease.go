@@ -64,8 +64,8 @@ func (l *Lease) kind() leaseKind {
 // that paused past its TTL, while its permit went to someone else, is
 // turned away. A release of one permit wakes one waiter.
 //
-// As for read/write leases (see AcquireWrite), do not use resource for
-// another kind of lease: the kinds share the waiters' queue.
+// While permits of resource are held or waited for, an acquire of another
+// kind of lease on it fails with ErrWrongKind (see AcquireWrite).
 //
 // permits must be in 1..MaxPermits. All holders of resource must agree on
 // it: while any permit of resource is held, a call with another number
@@ -114,12 +114,11 @@ func (c *Client) TryAcquireRead(ctx context.Context, resource string, opts ...Le
 // released theirs (or their leases have lapsed). Its fence is larger than
 // every earlier write lease's (and read lease's) of resource.
 //
-// Use one kind of lease per resource name: read/write leases, a semaphore
-// or the exclusive lease (Acquire). Their holders are kept in keys of their
-// own, but the waiters of every kind share the resource's queue and wake
-// channel, so a waiter of one kind holds up the others (while an Acquire
-// waits on "config", TryAcquireRead("config") fails as if a writer waited)
-// and a release of one kind may spend its wake-up on a waiter of another.
+// One name is one kind's at a time: read/write leases, a semaphore or the
+// exclusive lease (Acquire). While leases of one kind hold a name or wait for
+// it, an acquire of another kind fails at once with ErrWrongKind, which names
+// both (Redis checks it in the acquire's script); once the last of them is
+// gone, another kind may take the name.
 func (c *Client) AcquireWrite(ctx context.Context, resource string, opts ...WaitOption) (*Lease, error) {
 	return c.acquireShared(ctx, resource, kindWrite, 0, options(opts), true)
 }

@@ -48,7 +48,7 @@ func TestFastForwardKeepsRenewedLeases(t *testing.T) {
 			st := k.Status("job")
 			require.True(t, st.Held)
 			require.Equal(t, l.Fence(), st.Fence)
-			require.Greater(t, st.TTL, o.ttl-o.interval-o.ttl/10, "renewed within the last interval or so")
+			require.Greater(t, st.Remaining, o.ttl-o.interval-o.ttl/10, "renewed within the last interval or so")
 			require.WithinDuration(t, k.Now().Add(o.lifetime), l.Deadline(), o.interval+o.interval/10)
 			require.NoError(t, l.Release(ctx))
 		})

@@ -248,7 +248,7 @@ func testAdmin(t *testing.T, e *env) {
 	}
 	st, err := locks.Inspect(ctx, "a")
 	must(t, err)
-	if !st.Held || st.Owner != held[0].Owner() || st.Fence != held[0].Fence() || st.TTL <= 0 {
+	if !st.Held || st.Owner != held[0].Owner() || st.Fence != held[0].Fence() || st.Remaining <= 0 {
 		t.Fatalf("Inspect: %+v", st)
 	}
 	var found []string

@@ -434,10 +434,10 @@ func TestFaultSharedLostReplies(t *testing.T) {
 		proxy := servertest.StartProxy(t, s.lock.Addr)
 		lossy := s.lib.plain(t, proxy.Addr(), true, faultOpts(s.h, redlease.WithAutoRenew(false), redlease.WithHolder("lossy"))...)
 		admin := s.lib.plain(t, s.lock.Addr, false)
-		held := func() []redlease.Holder {
+		held := func() []redlease.SharedLease {
 			st, err := admin.Inspect(ctx, s.resource)
 			require.NoError(t, err)
-			var hs []redlease.Holder
+			var hs []redlease.SharedLease
 			for _, h := range st.Shared {
 				if h.Holder == "lossy" {
 					hs = append(hs, h)

@@ -55,7 +55,7 @@ func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 		require.Equal(t, a.Owner(), st.Owner)
 		require.Equal(t, a.Fence(), st.Fence)
 		require.Equal(t, int64(1), st.Waiters)
-		require.Positive(t, st.TTL)
+		require.Positive(t, st.Remaining)
 
 		msgCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

@@ -240,20 +240,20 @@ func TestIntegrationAdminOfSharedLeases(t *testing.T) {
 		require.Empty(t, st.Owner, "no exclusive lease")
 		require.Equal(t, 3, st.Permits)
 		require.Len(t, st.Shared, 2)
-		byPermit := map[int]redlease.Holder{}
+		byPermit := map[int]redlease.SharedLease{}
 		for _, h := range st.Shared {
 			require.Equal(t, "permit", h.Kind)
 			byPermit[h.Permit] = h
 		}
-		require.Equal(t, redlease.Holder{Kind: "permit", Permit: p0.Permit(), Owner: p0.Owner(), Fence: p0.Fence(), Holder: "worker 0",
-			TTL: byPermit[p0.Permit()].TTL}, byPermit[p0.Permit()])
-		require.Positive(t, byPermit[p0.Permit()].TTL)
+		require.Equal(t, redlease.SharedLease{Kind: "permit", Permit: p0.Permit(), Owner: p0.Owner(), Fence: p0.Fence(), Holder: "worker 0",
+			Remaining: byPermit[p0.Permit()].Remaining}, byPermit[p0.Permit()])
+		require.Positive(t, byPermit[p0.Permit()].Remaining)
 
 		st, err = c.Inspect(ctx, "doc")
 		require.NoError(t, err)
 		require.True(t, st.Held, "a read lease holds it")
 		require.Equal(t, "read/write", st.Kind)
-		require.Equal(t, []redlease.Holder{{Kind: "read", Owner: r.Owner(), Fence: r.Fence(), Holder: "reader", TTL: st.Shared[0].TTL}}, st.Shared)
+		require.Equal(t, []redlease.SharedLease{{Kind: "read", Owner: r.Owner(), Fence: r.Fence(), Holder: "reader", Remaining: st.Shared[0].Remaining}}, st.Shared)
 
 		found := map[string]int{}
 		require.NoError(t, c.Scan(ctx, "*", func(st redlease.Status) error { found[st.Resource] += len(st.Shared); return nil }))

@@ -96,8 +96,8 @@ type breakJSON struct {
 
 // removedBy returns the holders of st that a break with fence removes, as
 // break.lua chooses them: those with that fence, or all of them for 0.
-func removedBy(st redlease.Status, fence int64) []redlease.Holder {
-	var out []redlease.Holder
+func removedBy(st redlease.Status, fence int64) []redlease.SharedLease {
+	var out []redlease.SharedLease
 	for _, h := range holdersOf(st) {
 		if fence == 0 || h.Fence == fence {
 			out = append(out, h)
@@ -107,7 +107,7 @@ func removedBy(st redlease.Status, fence int64) []redlease.Holder {
 }
 
 // printBreak says what break found and did.
-func printBreak(w io.Writer, st redlease.Status, removed bool, fence int64, gone []redlease.Holder) {
+func printBreak(w io.Writer, st redlease.Status, removed bool, fence int64, gone []redlease.SharedLease) {
 	all := holdersOf(st)
 	switch {
 	case len(all) == 0:
@@ -122,7 +122,7 @@ func printBreak(w io.Writer, st redlease.Status, removed bool, fence int64, gone
 		return
 	}
 	for _, h := range gone {
-		fmt.Fprintf(w, "removed %s: fence %d, owner %s, %s left", removedName(h, st), h.Fence, cell(h.Owner, 0), formatTTL(h.TTL))
+		fmt.Fprintf(w, "removed %s: fence %d, owner %s, %s left", removedName(h, st), h.Fence, cell(h.Owner, 0), formatTTL(h.Remaining))
 		if h.Holder != "" {
 			fmt.Fprintf(w, ", holder %s", cell(h.Holder, 0))
 		}
@@ -139,7 +139,7 @@ func printBreak(w io.Writer, st redlease.Status, removed bool, fence int64, gone
 }
 
 // removedName names a removed holder h of st's resource.
-func removedName(h redlease.Holder, st redlease.Status) string {
+func removedName(h redlease.SharedLease, st redlease.Status) string {
 	switch h.Kind {
 	case "permit":
 		return fmt.Sprintf("permit %d/%d of %q", h.Permit, st.Permits, st.Resource)

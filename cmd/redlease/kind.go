@@ -85,7 +85,7 @@ func (k leaseKind) acquire(c *redlease.Client, wait bool) acquireFunc {
 	return trying(c.TryAcquire)
 }
 
-// excludedBy reports whether a holder of kind (as in redlease.Holder, or
+// excludedBy reports whether a holder of kind (as in redlease.SharedLease, or
 // "lease") keeps a lease of k from being taken.
 func (k leaseKind) excludedBy(kind string) bool {
 	switch {

@@ -55,7 +55,7 @@ func ttlMS(d time.Duration) int64 {
 
 func toJSON(st redlease.Status) statusJSON {
 	out := statusJSON{Resource: st.Resource, Held: st.Held, Kind: st.Kind, Owner: st.Owner, Fence: st.Fence, Holder: st.Holder,
-		TTLMS: ttlMS(st.TTL), LastFence: st.LastFence, Waiters: st.Waiters, Permits: st.Permits,
+		TTLMS: ttlMS(st.Remaining), LastFence: st.LastFence, Waiters: st.Waiters, Permits: st.Permits,
 		Holders: []holderJSON{}}
 	for _, h := range sortedHolders(st) {
 		out.Holders = append(out.Holders, holderToJSON(h))
@@ -63,8 +63,8 @@ func toJSON(st redlease.Status) statusJSON {
 	return out
 }
 
-func holderToJSON(h redlease.Holder) holderJSON {
-	j := holderJSON{Kind: h.Kind, Owner: h.Owner, Fence: h.Fence, Holder: h.Holder, TTLMS: ttlMS(h.TTL)}
+func holderToJSON(h redlease.SharedLease) holderJSON {
+	j := holderJSON{Kind: h.Kind, Owner: h.Owner, Fence: h.Fence, Holder: h.Holder, TTLMS: ttlMS(h.Remaining)}
 	if h.Kind == "permit" {
 		j.Permit = &h.Permit
 	}
@@ -74,10 +74,10 @@ func holderToJSON(h redlease.Holder) holderJSON {
 // sortedHolders returns the holders of st's shared leases in the order the
 // table shows them: the write lease, the permits by number, the read
 // leases by fence.
-func sortedHolders(st redlease.Status) []redlease.Holder {
+func sortedHolders(st redlease.Status) []redlease.SharedLease {
 	rank := map[string]int{"write": 0, "permit": 1, "read": 2}
 	hs := slices.Clone(st.Shared)
-	slices.SortStableFunc(hs, func(a, b redlease.Holder) int {
+	slices.SortStableFunc(hs, func(a, b redlease.SharedLease) int {
 		return cmp.Or(cmp.Compare(rank[a.Kind], rank[b.Kind]), cmp.Compare(a.Permit, b.Permit), cmp.Compare(a.Fence, b.Fence))
 	})
 	return hs
@@ -85,14 +85,14 @@ func sortedHolders(st redlease.Status) []redlease.Holder {
 
 // leaseOf returns st's exclusive lease as a Holder of kind "lease", and
 // whether it is held.
-func leaseOf(st redlease.Status) (redlease.Holder, bool) {
-	return redlease.Holder{Kind: "lease", Owner: st.Owner, Fence: st.Fence, Holder: st.Holder, TTL: st.TTL}, st.Kind == "lease"
+func leaseOf(st redlease.Status) (redlease.SharedLease, bool) {
+	return redlease.SharedLease{Kind: "lease", Owner: st.Owner, Fence: st.Fence, Holder: st.Holder, Remaining: st.Remaining}, st.Kind == "lease"
 }
 
 // holdersOf returns every holder of st: its lease first, then the holders
 // of its shared leases.
-func holdersOf(st redlease.Status) []redlease.Holder {
-	var hs []redlease.Holder
+func holdersOf(st redlease.Status) []redlease.SharedLease {
+	var hs []redlease.SharedLease
 	if l, held := leaseOf(st); held {
 		hs = append(hs, l)
 	}
@@ -101,7 +101,7 @@ func holdersOf(st redlease.Status) []redlease.Holder {
 
 // kindCell is the KIND cell of h: "lease", "write", "read", or "permit
 // P/N" for permit P of a semaphore of N permits.
-func kindCell(h redlease.Holder, permits int) string {
+func kindCell(h redlease.SharedLease, permits int) string {
 	if h.Kind == "permit" {
 		return fmt.Sprintf("permit %d/%d", h.Permit, permits)
 	}
@@ -147,7 +147,7 @@ func printStatuses(w io.Writer, sts []redlease.Status, asJSON bool) error {
 				holder = cell(h.Holder, holderWidth)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", resource, kindCell(h, st.Permits), fence,
-				formatTTL(h.TTL), shortOwner(h.Owner), rest, holder)
+				formatTTL(h.Remaining), shortOwner(h.Owner), rest, holder)
 		}
 	}
 	return tw.Flush()

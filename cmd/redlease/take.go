@@ -128,7 +128,7 @@ func (r *runner) busyMessage(busy *redlease.BusyError) string {
 
 // heldBy says who holds the kind of lease that run waited for, as st has it.
 func (r *runner) heldBy(st redlease.Status) string {
-	var hs []redlease.Holder
+	var hs []redlease.SharedLease
 	for _, h := range holdersOf(st) {
 		if r.kind.excludedBy(h.Kind) {
 			hs = append(hs, h)
@@ -149,12 +149,12 @@ func (r *runner) heldBy(st redlease.Status) string {
 			what = kindCell(h, st.Permits) + ", fence"
 		}
 		return fmt.Sprintf("%q is still held by %s, %s %d; its lease lapses in %s unless the holder renews it",
-			st.Resource, by, what, h.Fence, formatTTL(h.TTL))
+			st.Resource, by, what, h.Fence, formatTTL(h.Remaining))
 	}
 	const shown = 3
-	fences, first := make([]string, 0, shown+1), hs[0].TTL
+	fences, first := make([]string, 0, shown+1), hs[0].Remaining
 	for i, h := range hs {
-		first = min(first, h.TTL)
+		first = min(first, h.Remaining)
 		if i < shown {
 			fences = append(fences, kindCell(h, st.Permits)+" fence "+strconv.FormatInt(h.Fence, 10))
 		}
