@@ -63,9 +63,9 @@ func New(rdb redis.UniversalClient, combine bool) (*Driver, error) {
 func command(ctx context.Context, c *driver.Call) *redis.Cmd {
 	words := make([]any, 0, 3+len(c.Keys)+len(c.Args))
 	if c.Hash != "" {
-		words = append(words, "evalsha", c.Hash)
+		words = append(words, "evalsha", &c.Hash)
 	} else {
-		words = append(words, "eval", c.Source)
+		words = append(words, "eval", &c.Source)
 	}
 	words = append(words, len(c.Keys))
 	for i := range c.Keys {
