@@ -170,6 +170,26 @@ func (e *integ) queued(resource string) []string {
 	return integQueued(e.t, e.rdb, redlease.DefaultPrefix, resource)
 }
 
+// waiting reports whether one owner waits on resource under the default
+// prefix and its Client listens on the wake channel: the waiter has heard
+// that the lease is busy.
+func (e *integ) waiting(resource string) bool {
+	e.t.Helper()
+	q := e.queued(resource)
+	if len(q) != 1 {
+		return false
+	}
+	k := wire.KeysOf(redlease.DefaultPrefix, resource)
+	subs, err := e.rdb.PubSubNumSub(context.Background(), k.WakeChannel(integClientID(e.t, q[0]))).Result()
+	require.NoError(e.t, err)
+	for _, n := range subs {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // integQueued returns the members waiting on resource under prefix, in
 // queue order.
 func integQueued(t *testing.T, rdb redis.UniversalClient, prefix, resource string) []string {

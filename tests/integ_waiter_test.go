@@ -113,7 +113,10 @@ func TestIntegrationWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		w := integWaiter(ctx, c, "r")
-		servertest.WaitFor(t, 10*time.Second, func() bool { return len(e.queued("r")) == 1 })
+		// Queued is not enough: the waiter's reply may still be on its way,
+		// and a wait cut before Redis answered it is ErrUnavailable. It
+		// subscribes to its wake channel once it has heard the lease is busy.
+		servertest.WaitFor(t, 10*time.Second, func() bool { return e.waiting("r") })
 		cancel()
 		got := servertest.Recv(t, w, 30*time.Second)
 		require.ErrorIs(t, got.err, redlease.ErrNotAcquired)
