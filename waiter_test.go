@@ -33,10 +33,10 @@ func TestMaxWait(t *testing.T) {
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
 	start := time.Now()
-	_, err = c.Acquire(t.Context(), "r", WithMaxWait(100*time.Millisecond))
+	_, err = c.Acquire(t.Context(), "r", WithMaxWait(300*time.Millisecond))
 	require.ErrorIs(t, err, ErrNotAcquired)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 	require.NoError(t, l.Release(t.Context()))
 }
 
