@@ -27,6 +27,7 @@ type Lease struct {
 	state     leaseState
 	out       bool      // handed out by its acquire call; only then are observers told of it
 	acquired  time.Time // send time of the acquire request
+	confirmed time.Time // send time of the last confirmed acquire or renew
 	deadline  time.Time // local deadline, with a monotonic reading
 	holdUntil time.Time // WithMaxHold's limit; zero if none
 	timer     clock.Timer

@@ -72,7 +72,7 @@ func detach(ctx context.Context) context.Context {
 func (l *Lease) start(sent time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.acquired = sent
+	l.acquired, l.confirmed = sent, sent
 	if l.cfg.maxHold > 0 {
 		l.holdUntil = sent.Add(l.cfg.maxHold)
 	}
@@ -178,6 +178,9 @@ func (l *Lease) untrackLocked() {
 //
 // Model: model/redlease.pml, proctype Watchdog, action renewed.
 func (l *Lease) extendLocked(sent time.Time) {
+	if sent.After(l.confirmed) {
+		l.confirmed = sent
+	}
 	if d := l.capLocked(sent.Add(l.cfg.lifetime())); d.After(l.deadline) {
 		l.deadline = d
 		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
@@ -270,4 +273,12 @@ func (l *Lease) takeBack() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.out = false
+}
+
+// lastConfirmed returns the send time of the last confirmed acquire or
+// renew of the lease, and whether the lease is still active.
+func (l *Lease) lastConfirmed() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.confirmed, l.state == stateActive
 }
