@@ -88,6 +88,12 @@ var (
 	// step as the acquire. The message names both kinds. A name is free for
 	// another kind once the leases and waiters of its kind are gone.
 	ErrWrongKind = errors.New("redlease: wrong kind of lease for this name")
+
+	// ErrStaleFence means a fence is not that of a lease that holds its
+	// resource now: Client.CheckFence found none with it, or a guard of
+	// package fencing refused a write with it (fencing.ErrStaleFence is
+	// this error).
+	ErrStaleFence = errors.New("redlease: stale fence")
 )
 
 // errNoAnswer means that Redis did not answer whether it can be reached

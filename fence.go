@@ -38,6 +38,46 @@ type FenceSource interface {
 // resources of its hash slot does not get there in practice.
 const MaxFence int64 = 1 << 53
 
+// CheckFence asks Redis whether fence is the fence of a lease that holds
+// resource now (Chubby's CheckSequencer): nil if so, an error matching
+// ErrStaleFence if not (the lease ended, or another holder took the
+// resource since), read in one script, so the answer is that of one moment.
+// It serves a resource that can reach Redis but cannot store a fence to
+// compare: before an action that cannot be undone, it asks whether the
+// caller's lease is still current. Every kind of lease counts: the
+// exclusive lease, a semaphore permit, the write lease or a read lease.
+//
+// The answer can be out of date by the time the caller acts on it: a lease
+// that holds now may lapse an instant later. A resource that can store the
+// newest fence it accepted (package fencing) is the safer arbiter; this is
+// the check for one that cannot.
+func (c *Client) CheckFence(ctx context.Context, resource string, fence int64) error {
+	if fence <= 0 {
+		return invalidf("fence %d is not positive", fence)
+	}
+	cfg, err := c.leaseConfig([]string{resource}, nil)
+	if err != nil {
+		return err
+	}
+	sts, err := c.inspect(ctx, cfg, []string{resource})
+	if err != nil {
+		return err
+	}
+	st := sts[0]
+	if st.Held && st.Fence == fence {
+		return nil
+	}
+	for _, s := range st.Shared {
+		if s.Fence == fence {
+			return nil
+		}
+	}
+	if !st.Held {
+		return errorf("%w: %s: fence %d: no lease holds it", ErrStaleFence, quote(resource), fence)
+	}
+	return errorf("%w: %s: fence %d is not the fence of a lease that holds it", ErrStaleFence, quote(resource), fence)
+}
+
 // LastFence returns the value of the fence counter that resource draws
 // from: at least the fence of its most recent acquisition that drew from it
 // (the counter is shared by the resources of one hash slot, so it may be

@@ -301,3 +301,62 @@ func TestAdvanceFenceRejectsBadInputBeforeAnyRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.Zero(t, h.Cmds.Load(), "no command was sent")
 }
+
+func TestCheckFence(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	c := New(rdb)
+	t.Cleanup(func() { _ = c.Close(context.Background()) }) // the broken lease is still renewed
+	ctx := t.Context()
+	stale := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, ErrStaleFence)
+	}
+
+	stale(c.CheckFence(ctx, "r", 1)) // never held
+	a, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	require.NoError(t, c.CheckFence(ctx, "r", a.Fence()))
+	stale(c.CheckFence(ctx, "r", a.Fence()+1))
+	stale(c.CheckFence(ctx, "other", a.Fence()))
+	require.NoError(t, a.Release(ctx))
+	stale(c.CheckFence(ctx, "r", a.Fence()))
+
+	// Broken and taken by another: the old fence is not current, the new one is.
+	a, err = c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	_, removed, err := c.Break(ctx, "r", a.Fence())
+	require.NoError(t, err)
+	require.True(t, removed)
+	b, err := c.TryAcquire(ctx, "r")
+	require.NoError(t, err)
+	stale(c.CheckFence(ctx, "r", a.Fence()))
+	require.NoError(t, c.CheckFence(ctx, "r", b.Fence()))
+	require.NoError(t, b.Release(ctx))
+
+	// Shared leases: each permit's and each reader's fence is current.
+	p1, err := c.TryAcquireSemaphore(ctx, "s", 2)
+	require.NoError(t, err)
+	p2, err := c.TryAcquireSemaphore(ctx, "s", 2)
+	require.NoError(t, err)
+	require.NoError(t, c.CheckFence(ctx, "s", p1.Fence()))
+	require.NoError(t, c.CheckFence(ctx, "s", p2.Fence()))
+	require.NoError(t, p1.Release(ctx))
+	stale(c.CheckFence(ctx, "s", p1.Fence()))
+	require.NoError(t, c.CheckFence(ctx, "s", p2.Fence()))
+	r1, err := c.TryAcquireRead(ctx, "rw")
+	require.NoError(t, err)
+	r2, err := c.TryAcquireRead(ctx, "rw")
+	require.NoError(t, err)
+	require.NoError(t, c.CheckFence(ctx, "rw", r1.Fence()))
+	require.NoError(t, c.CheckFence(ctx, "rw", r2.Fence()))
+	require.NoError(t, r1.Release(ctx))
+	require.NoError(t, r2.Release(ctx))
+	require.NoError(t, p2.Release(ctx))
+
+	for _, bad := range []struct {
+		resource string
+		fence    int64
+	}{{"r", 0}, {"r", -1}, {"", 1}, {"a\x00b", 1}} {
+		require.ErrorIs(t, c.CheckFence(ctx, bad.resource, bad.fence), ErrInvalidArgument, "%q %d", bad.resource, bad.fence)
+	}
+}

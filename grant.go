@@ -260,7 +260,7 @@ func (a *acquisition) grant(ctx context.Context, sent time.Time, fences []int64)
 		return nil, a.giveBack(ctx, leases, notAcquired(a.resources[0], ErrClientClosed))
 	}
 	for _, l := range leases { // 3
-		if next := sent.Add(l.cfg.interval()); a.cfg.autoRenew && l.renewsUntil(next) {
+		if next := sent.Add(l.timing().interval()); a.cfg.autoRenew && l.renewsUntil(next) {
 			a.c.wd.schedule(l, next)
 		}
 	}

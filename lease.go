@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlease/redlease/internal/clock"
@@ -14,6 +15,7 @@ import (
 type Lease struct {
 	c        *Client
 	cfg      *config // shared; never modified
+	tm       atomic.Pointer[config] // after an Extend, cfg with the new TTL; see timing
 	resource string
 	keys     wire.Keys
 	owner    string
@@ -31,6 +33,11 @@ type Lease struct {
 	deadline  time.Time // local deadline, with a monotonic reading
 	holdUntil time.Time // WithMaxHold's limit; zero if none
 	timer     clock.Timer
+
+	// renewMu lets one renew request of the lease be on its way at a time,
+	// so that Redis applies their TTLs in the order the local deadline
+	// assumes: with Extend, two renewals may ask for different TTLs.
+	renewMu sync.Mutex
 
 	// Guarded by c.wd.mu (watchdog.go).
 	renewAt time.Time
@@ -127,14 +134,61 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
 	}
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	return l.renew(ctx, nil)
+}
+
+// Extend renews the lease for ttl, which from now on is its TTL: the period
+// that this renewal starts lasts ttl, and so does each later one, by the
+// watchdog (at ttl/3, or the WithRenewInterval interval) or Refresh. The
+// lease is then as if it had been taken WithTTL(ttl) with its other
+// options: ttl must be valid with them (an explicit WithSafetyMargin or
+// WithRenewInterval must still leave room), or Extend returns an error
+// matching ErrInvalidArgument and changes nothing. ttl may be shorter than
+// the TTL before. It works for every kind of lease, and WithMaxHold still
+// bounds the whole hold.
+//
+// The local deadline follows the new TTL: on success it is the send time of
+// this request plus the new local lifetime, earlier than before if ttl is
+// shorter. If the request fails, Redis may or may not have applied ttl, so
+// the local deadline is the earlier of the two, and the lease keeps the new
+// TTL: the context still ends before Redis could hand the lease on. Errors
+// are those of Refresh: ErrLeaseLost ends the lease; a request error
+// (ErrOutcomeUnknown if the renewal may have run) leaves it to its local
+// deadline and to the watchdog, which renews with the new TTL.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return invalidf("nil Lease")
+	}
+	tm := *l.cfg // the options of the acquire call, with the new TTL
+	tm.ttl = ttl
+	if err := tm.validate(); err != nil {
+		return err
+	}
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	return l.renew(ctx, &tm)
+}
+
+// renew sends one compare-and-renew of the lease (l.renewMu held): with the
+// TTL of tm from now on, if tm is not nil.
+//
+// Model: model/redlease.pml, proctype Watchdog (actions renew, send, renewed).
+func (l *Lease) renew(ctx context.Context, tm *config) error {
 	sent := l.c.clk.Now() // before the check, as in the watchdog (S4)
 	deadline, live := l.liveUntil()
 	if !live {
 		return l.activeErr()
 	}
-	// As in the watchdog: no request (nor go-redis retry of one) is sent
-	// once the lease has ended locally, so a renewal never extends in Redis
-	// a lease whose holder has been told it is lost.
+	if tm != nil {
+		if deadline = l.retime(sent, tm); !deadline.After(l.c.clk.Now()) {
+			return l.activeErr() // the new, shorter lifetime has already run out
+		}
+	}
+	// As in the watchdog: no request (nor a client library's retry of one)
+	// is sent once the lease has ended locally, so a renewal never extends
+	// in Redis a lease whose holder has been told it is lost.
 	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(l.c.clk.Now()))
 	defer cancel()
 	renewed, err := wire.Done(l.c.conn.Run(rctx, l.refreshCall()))
@@ -146,8 +200,9 @@ func (l *Lease) Refresh(ctx context.Context) error {
 		return err
 	}
 	// The watchdog may have given up on the lease (its renewals failed until
-	// the deadline was near): it renews again from here.
-	if next := sent.Add(l.cfg.interval()); l.cfg.autoRenew && l.renewsUntil(next) {
+	// the deadline was near), or renews it at another interval now: it
+	// renews again from here.
+	if next := sent.Add(l.timing().interval()); l.cfg.autoRenew && l.renewsUntil(next) {
 		l.c.wd.schedule(l, next)
 	}
 	return nil

@@ -76,7 +76,7 @@ func (l *Lease) start(sent time.Time) bool {
 	if l.cfg.maxHold > 0 {
 		l.holdUntil = sent.Add(l.cfg.maxHold)
 	}
-	l.deadline = l.capLocked(sent.Add(l.cfg.lifetime()))
+	l.deadline = l.capLocked(sent.Add(l.timing().lifetime()))
 	left := l.deadline.Sub(l.c.clk.Now())
 	if left <= 0 {
 		return false
@@ -145,7 +145,7 @@ func (l *Lease) endLocked(s leaseState, cause error) pending {
 		// Ended locally, but Redis may hold the lease for up to a TTL more:
 		// until then Close still releases it, so that a process that shuts
 		// down does not leave the resource blocked.
-		l.timer.Reset(l.cfg.ttl)
+		l.timer.Reset(l.timing().ttl)
 	} else {
 		l.untrackLocked()
 	}
@@ -181,10 +181,36 @@ func (l *Lease) extendLocked(sent time.Time) {
 	if sent.After(l.confirmed) {
 		l.confirmed = sent
 	}
-	if d := l.capLocked(sent.Add(l.cfg.lifetime())); d.After(l.deadline) {
+	if d := l.capLocked(sent.Add(l.timing().lifetime())); d.After(l.deadline) {
 		l.deadline = d
 		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
 	}
+}
+
+// timing is the configuration that the lease's TTL and the timings drawn
+// from it come from: the acquire call's, or the last Extend's.
+func (l *Lease) timing() *config {
+	if tm := l.tm.Load(); tm != nil {
+		return tm
+	}
+	return l.cfg
+}
+
+// retime makes tm the lease's timing, for a renewal sent at sent with its
+// TTL, and returns the local deadline until that renewal is confirmed: the
+// earlier of the deadline before and sent plus tm's lifetime, since Redis
+// may apply the new TTL whether or not the reply comes back.
+//
+// Model: model/redlease.pml, proctype Watchdog, action renewed.
+func (l *Lease) retime(sent time.Time, tm *config) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tm.Store(tm)
+	if d := l.capLocked(sent.Add(tm.lifetime())); d.Before(l.deadline) && l.state == stateActive {
+		l.deadline = d
+		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
+	}
+	return l.deadline
 }
 
 // errorLocked is the error of an operation on a lease that has ended.

@@ -174,16 +174,16 @@ func (a *acquisition) sharedCall() wire.Call {
 // refreshCall is the lease's compare-and-renew call.
 func (l *Lease) refreshCall() wire.Call {
 	if l.shared == nil {
-		return wire.Refresh(l.keys.Lease, l.owner, l.cfg.ttlArg)
+		return wire.Refresh(l.keys.Lease, l.owner, l.timing().ttlArg)
 	}
 	sk := l.shared.keys
 	switch l.shared.kind {
 	case kindPermit:
-		return wire.SemaphoreRefresh(&l.keys, sk, l.owner, l.shared.permitArg, l.cfg.ttlArg)
+		return wire.SemaphoreRefresh(&l.keys, sk, l.owner, l.shared.permitArg, l.timing().ttlArg)
 	case kindRead:
-		return wire.ReadRefresh(&l.keys, sk, l.owner, l.cfg.ttlArg)
+		return wire.ReadRefresh(&l.keys, sk, l.owner, l.timing().ttlArg)
 	}
-	return wire.WriteRefresh(&l.keys, sk, l.owner, l.cfg.ttlArg)
+	return wire.WriteRefresh(&l.keys, sk, l.owner, l.timing().ttlArg)
 }
 
 // releaseCallOf is the compare-and-release call of a lease of kind, on keys

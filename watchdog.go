@@ -155,7 +155,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		// leases taken at nearly the same time share a pipeline.
 		for len(w.queue) > 0 && len(batch) < driver.MaxBatch {
 			next := w.queue[0]
-			if next.renewAt.Sub(now) > next.cfg.interval()/10 {
+			if next.renewAt.Sub(now) > next.timing().interval()/10 {
 				break
 			}
 			batch = append(batch, heap.Pop(&w.queue).(*Lease))
@@ -197,18 +197,6 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 	sent := w.clk.Now()
 	live := batch[:0]
 	var first time.Time // the earliest local deadline among them
-	for _, l := range batch {
-		// A lease past its local deadline is about to end: its timer has
-		// fired or will at once. Renewing it could only extend in Redis a
-		// lease that its holder is told it has lost.
-		if d, ok := l.liveUntil(); ok && sent.Before(d) {
-			live = append(live, l)
-			if first.IsZero() || d.Before(first) {
-				first = d
-			}
-		}
-	}
-	oks, errs := w.send(live, first)
 	type requeue struct {
 		l  *Lease
 		at time.Time
@@ -217,6 +205,26 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 		again  []requeue
 		events []pending
 	)
+	for _, l := range batch {
+		if !l.renewMu.TryLock() {
+			// A Refresh or Extend renews it now, and queues it again when
+			// it succeeds; should it fail, this is the watchdog's next try.
+			again = append(again, requeue{l, sent.Add(max(l.timing().interval()/4, time.Millisecond))})
+			continue
+		}
+		// A lease past its local deadline is about to end: its timer has
+		// fired or will at once. Renewing it could only extend in Redis a
+		// lease that its holder is told it has lost.
+		if d, ok := l.liveUntil(); ok && sent.Before(d) {
+			live = append(live, l)
+			if first.IsZero() || d.Before(first) {
+				first = d
+			}
+		} else {
+			l.renewMu.Unlock()
+		}
+	}
+	oks, errs := w.send(live, first)
 	for i, l := range live {
 		evs, err := l.renewed(sent, oks[i], errs[i])
 		for _, p := range evs {
@@ -225,15 +233,16 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 			}
 		}
 		if err == nil {
-			if next := sent.Add(l.cfg.interval()); l.renewsUntil(next) {
+			if next := sent.Add(l.timing().interval()); l.renewsUntil(next) {
 				again = append(again, requeue{l, next})
 			}
 		} else if errs[i] != nil { // request failed: try again while time is left
-			at := w.clk.Now().Add(max(l.cfg.interval()/4, time.Millisecond))
+			at := w.clk.Now().Add(max(l.timing().interval()/4, time.Millisecond))
 			if at.Before(l.Deadline()) {
 				again = append(again, requeue{l, at})
 			}
 		}
+		l.renewMu.Unlock()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

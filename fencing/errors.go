@@ -12,8 +12,9 @@ var (
 	// ErrStaleFence means a guard refused a write because its fence is older
 	// than the newest the resource has accepted, or equal to it but presented
 	// by another owner. The write did not happen. It is always carried by a
-	// *StaleFenceError.
-	ErrStaleFence = errors.New("redlease: stale fence")
+	// *StaleFenceError. It is redlease.ErrStaleFence, which
+	// Client.CheckFence returns too.
+	ErrStaleFence = redlease.ErrStaleFence
 
 	// ErrNoRowMatched means a fenced UPDATE of the per-row pattern (RowGuard)
 	// changed no row and the fence was not the reason: the row is missing, or

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/fencing"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/redlease/redlease/internal/wire"
@@ -211,5 +212,29 @@ func TestIntegrationCorruptFenceCounter(t *testing.T) {
 		_, err = c.MigrateFences(ctx)
 		require.NoError(t, err)
 		require.Equal(t, "9007199254740993", rdb.Get(ctx, counter).Val(), "folded in exactly")
+	})
+}
+
+func TestIntegrationCheckFence(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		ctx := t.Context()
+		c := e.client()
+		a, err := c.TryAcquire(ctx, "check")
+		require.NoError(t, err)
+		require.NoError(t, c.CheckFence(ctx, "check", a.Fence()))
+		require.ErrorIs(t, c.CheckFence(ctx, "check", a.Fence()+1), fencing.ErrStaleFence)
+		// An operator's break, and a new holder: the old fence is stale.
+		require.NoError(t, e.rdb.Del(ctx, integLeaseKey(redlease.DefaultPrefix, "check")).Err())
+		b, err := c.TryAcquire(ctx, "check")
+		require.NoError(t, err)
+		require.ErrorIs(t, c.CheckFence(ctx, "check", a.Fence()), redlease.ErrStaleFence)
+		require.NoError(t, c.CheckFence(ctx, "check", b.Fence()))
+		require.NoError(t, b.Release(ctx))
+		require.ErrorIs(t, c.CheckFence(ctx, "check", b.Fence()), redlease.ErrStaleFence)
+		w, err := c.TryAcquireWrite(ctx, "check-rw")
+		require.NoError(t, err)
+		require.NoError(t, c.CheckFence(ctx, "check-rw", w.Fence()))
+		require.NoError(t, w.Release(ctx))
+		require.ErrorIs(t, c.CheckFence(ctx, "check-rw", w.Fence()), redlease.ErrStaleFence)
 	})
 }

@@ -210,3 +210,46 @@ func TestIntegrationScriptCacheFlushed(t *testing.T) {
 		}
 	})
 }
+
+func TestIntegrationExtend(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		ctx := t.Context()
+		c := e.client(redlease.WithTTL(2*time.Second), redlease.WithAutoRenew(false))
+		for _, kind := range []struct {
+			name    string
+			acquire func(resource string) (*redlease.Lease, error)
+		}{
+			{"exclusive", func(r string) (*redlease.Lease, error) { return c.TryAcquire(ctx, r) }},
+			{"semaphore", func(r string) (*redlease.Lease, error) { return c.TryAcquireSemaphore(ctx, r, 2) }},
+			{"read", func(r string) (*redlease.Lease, error) { return c.TryAcquireRead(ctx, r) }},
+			{"write", func(r string) (*redlease.Lease, error) { return c.TryAcquireWrite(ctx, r) }},
+		} {
+			t.Run(kind.name, func(t *testing.T) {
+				res := "extend-" + kind.name
+				l, err := kind.acquire(res)
+				require.NoError(t, err)
+				before := l.Deadline()
+				require.NoError(t, l.Extend(ctx, time.Minute))
+				require.True(t, l.Deadline().After(before.Add(50*time.Second)), "the local deadline follows")
+				// The lease key carries the name's kind for shared leases, and
+				// lives as long as the longest of them.
+				ttl, err := e.rdb.PTTL(ctx, integLeaseKey(redlease.DefaultPrefix, res)).Result()
+				require.NoError(t, err)
+				require.Greater(t, ttl, 55*time.Second)
+				require.NoError(t, l.Release(ctx))
+			})
+		}
+		t.Run("shorter", func(t *testing.T) {
+			l, err := c.TryAcquire(ctx, "extend-shorter", redlease.WithTTL(time.Minute))
+			require.NoError(t, err)
+			start := time.Now()
+			require.NoError(t, l.Extend(ctx, time.Second))
+			require.False(t, l.Deadline().After(time.Now().Add(time.Second)), "earlier than before")
+			require.True(t, l.Deadline().After(start))
+			ttl, err := e.rdb.PTTL(ctx, integLeaseKey(redlease.DefaultPrefix, "extend-shorter")).Result()
+			require.NoError(t, err)
+			require.LessOrEqual(t, ttl, time.Second)
+			require.NoError(t, l.Release(ctx))
+		})
+	})
+}
