@@ -14,7 +14,7 @@ import (
 // use. A Lease must not be copied.
 type Lease struct {
 	c        *Client
-	cfg      *config // shared; never modified
+	cfg      *config                // shared; never modified
 	tm       atomic.Pointer[config] // after an Extend, cfg with the new TTL; see timing
 	resource string
 	keys     wire.Keys
