@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -220,6 +222,23 @@ func ExampleElection_Run() {
 	// batch-3 with fence 3
 	// stopped: true
 	// redlease: no leader
+}
+
+// A liveness probe: 200 while this process is a healthy campaigner, 503
+// while it leads but its term's renewals are more than 5 s late.
+func ExampleElection_HealthHandler() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	election := redlease.NewElection(redlease.New(rdb), "cron-runner")
+
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", election.HealthHandler(5*time.Second))
+
+	probe := httptest.NewRecorder()
+	mux.ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	fmt.Println(probe.Code, probe.Body.String())
+	// Output:
+	// 200 ok
 }
 
 // At most N holders at once: each holds a numbered permit, whose fence rises
