@@ -160,8 +160,9 @@ func (e *Election) forget(term *Lease) {
 // Run leads whenever it is elected, until ctx ends. It campaigns as
 // Campaign does, calls lead with a context that ends when the term ends
 // (lost, lapsed, resigned, at its maximum hold) or when ctx ends, resigns
-// the term once lead returns, and campaigns again. It is client-go's
-// leader-election loop, on a lease, for two uses in the main:
+// the term once lead returns (or panics, and the panic goes on up), and
+// campaigns again. It is client-go's leader-election loop, on a lease, for
+// two uses in the main:
 //
 //   - A cron runner: lead runs the schedule, say a time.Ticker, until its
 //     context ends. One process of many runs the jobs; when the leader
@@ -264,19 +265,20 @@ func (e *Election) Run(ctx context.Context, lead func(ctx context.Context) error
 	}
 }
 
-// leadTerm runs lead in term and resigns the term after it. It returns
-// lead's own error, or Run's once ctx has ended, or nil to campaign again.
+// leadTerm runs lead in term and resigns the term after it, even if lead
+// panics. It returns lead's own error, Run's once ctx has ended, or nil to
+// campaign again.
 func (e *Election) leadTerm(ctx context.Context, term *Lease, lead func(ctx context.Context) error) error {
 	lctx, cancel := context.WithCancelCause(term.Context())
 	defer cancel(nil)
+	defer e.leave(ctx, term) // even after a panic: a term that nobody leads must not be renewed
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
 	err := lead(lctx)
-	stop()
 	// Judged before the resignation ends lctx: an error that wraps
 	// context.Canceled from a term still live is lead's own.
 	over := lctx.Err() != nil
 	own := err != nil && !(over && (errors.Is(err, lctx.Err()) || errors.Is(err, context.Cause(lctx))))
-	e.leave(ctx, term)
 	switch {
 	case own:
 		return err

@@ -237,6 +237,26 @@ func TestElectionRunRefusesWhatCannotWork(t *testing.T) {
 	require.ErrorIs(t, NewElection(c, "cron").Run(ctx, func(context.Context) error { return nil }), ErrClientClosed)
 }
 
+// A lead that panics: the panic goes up through Run, which resigned the
+// term on the way, and the Election can Run again.
+func TestElectionRunResignsWhenLeadPanics(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	e := NewElection(New(rdb), "cron")
+	var term *Lease
+	require.PanicsWithValue(t, "boom", func() {
+		_ = e.Run(ctx, func(context.Context) error {
+			term = e.Term()
+			panic("boom")
+		})
+	})
+	require.ErrorIs(t, context.Cause(term.Context()), ErrReleased)
+	require.Nil(t, e.Term())
+	_, err := e.Leader(ctx)
+	require.ErrorIs(t, err, ErrNoLeader)
+	require.ErrorIs(t, e.Run(ctx, func(context.Context) error { return errStop }), errStop)
+}
+
 // Two Runs on one name never lead at the same time, and each term's fence
 // is above the one before. With WithFair they take turns.
 func TestElectionTwoRunsNeverLeadTogether(t *testing.T) {
