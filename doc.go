@@ -53,7 +53,8 @@
 // AcquireAll takes several leases, all or none. AcquireSemaphore gives up to
 // N holders a numbered permit each, fenced per permit (fencing.Key);
 // AcquireRead and AcquireWrite give many readers or one writer, writers
-// first. NewElection elects one leader at a time; a term is a lease.
+// first. NewElection elects one leader at a time; a term is a lease, and
+// Election.Run is the loop of campaigning, leading and resigning.
 //
 // # What stays in Redis
 //

@@ -68,9 +68,9 @@ var (
 
 	// ErrClientClosed is returned by the calls of a Client after Close,
 	// before any round trip: the acquire calls, the admin calls (Inspect,
-	// Scan, LastFence, AdvanceFence, Break) and an Election's Campaign and
-	// Leader. Acquire calls that were waiting when Close was called return it
-	// too.
+	// Scan, LastFence, AdvanceFence, Break) and an Election's Campaign,
+	// Leader and Run. Acquire calls that were waiting when Close was called
+	// return it too.
 	ErrClientClosed = errors.New("redlease: client closed")
 
 	// ErrInvalidArgument is returned, before any round trip to Redis, for
@@ -81,6 +81,13 @@ var (
 
 	// ErrNoLeader is returned by Election.Leader when nobody leads.
 	ErrNoLeader = errors.New("redlease: no leader")
+
+	// ErrUnhealthy is returned by Election.Healthy (and shown by its
+	// HealthHandler) when this process leads but its term's renewal is
+	// overdue by more than it allows: Redis has not confirmed the term for
+	// a while, and the term may be about to end. The message names the
+	// election and says how late the renewal is.
+	ErrUnhealthy = errors.New("redlease: election unhealthy")
 
 	// ErrWrongKind means an acquire asked for a kind of lease (exclusive,
 	// semaphore, read/write) on a name that another kind holds or waits

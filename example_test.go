@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -182,7 +184,7 @@ func ExampleElection() {
 
 	// Lead: run jobs under term.Context(), which ends if leadership is lost;
 	// pass term.Fence() with every write. Then resign:
-	if err := term.Release(ctx); err != nil {
+	if err := election.Resign(ctx); err != nil {
 		log.Fatal(err)
 	}
 	_, err = election.Leader(ctx)
@@ -190,6 +192,53 @@ func ExampleElection() {
 	// Output:
 	// leader host-a, term fence 1
 	// redlease: no leader
+}
+
+// Run is the whole loop: campaign, lead, resign, campaign again, until its
+// context ends. Here a singleton worker steps down after each batch; on
+// another host the same code waits for its turn.
+func ExampleElection_Run() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	election := redlease.NewElection(redlease.New(rdb), "singleton-worker")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	batches := []string{"batch-1", "batch-2", "batch-3"}
+	err := election.Run(ctx, func(ctx context.Context) error {
+		// Work under ctx, which ends with the term; fence every write.
+		fmt.Printf("%s with fence %d\n", batches[0], election.Term().Fence())
+		if batches = batches[1:]; len(batches) == 0 {
+			cancel() // shut down: Run resigns and returns
+		}
+		return nil // done with this term: Run resigns and campaigns again
+	})
+	fmt.Println("stopped:", errors.Is(err, context.Canceled))
+	_, err = election.Leader(context.Background())
+	fmt.Println(err)
+	// Output:
+	// batch-1 with fence 1
+	// batch-2 with fence 2
+	// batch-3 with fence 3
+	// stopped: true
+	// redlease: no leader
+}
+
+// A liveness probe: 200 while this process is a healthy campaigner, 503
+// while it leads but its term's renewals are more than 5 s late.
+func ExampleElection_HealthHandler() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	election := redlease.NewElection(redlease.New(rdb), "cron-runner")
+
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", election.HealthHandler(5*time.Second))
+
+	probe := httptest.NewRecorder()
+	mux.ServeHTTP(probe, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	fmt.Println(probe.Code, probe.Body.String())
+	// Output:
+	// 200 ok
 }
 
 // At most N holders at once: each holds a numbered permit, whose fence rises

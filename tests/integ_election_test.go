@@ -2,7 +2,10 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,5 +104,131 @@ func TestIntegrationLeaderValueLivesInTheTermsLease(t *testing.T) {
 		}
 		_, err = ea.Campaign(ctx, strings.Repeat("v", redlease.MaxHolder+1))
 		require.ErrorIs(t, err, redlease.ErrInvalidArgument)
+	})
+}
+
+// Resign frees the name for the next campaigner at once; after a loss it
+// says so (ErrLeaseLost) and leaves the next leader's term alone; with no
+// term it does nothing. (From the core's election_test.go.)
+func TestIntegrationElectionResign(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		ctx := t.Context()
+		a := redlease.NewElection(e.client(), "cron")
+		b := redlease.NewElection(e.client(), "cron")
+		require.NoError(t, a.Resign(ctx), "never campaigned")
+
+		termA, err := a.Campaign(ctx, "host-a")
+		require.NoError(t, err)
+		require.NoError(t, a.Resign(ctx))
+		require.Nil(t, a.Term())
+		require.ErrorIs(t, context.Cause(termA.Context()), redlease.ErrReleased)
+		// Within the 30 s TTL: b is elected because a's term was deleted.
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		termB, err := b.Campaign(cctx, "host-b")
+		require.NoError(t, err)
+		require.Greater(t, termB.Fence(), termA.Fence())
+		require.NoError(t, a.Resign(ctx), "resigned already")
+		require.NoError(t, b.Resign(ctx))
+
+		// a's term is broken by an operator and b takes over.
+		termA, err = a.Campaign(ctx, "host-a")
+		require.NoError(t, err)
+		_, removed, err := e.client().Break(ctx, "cron", termA.Fence())
+		require.NoError(t, err)
+		require.True(t, removed)
+		termB, err = b.Campaign(cctx, "host-b")
+		require.NoError(t, err)
+		require.ErrorIs(t, a.Resign(ctx), redlease.ErrLeaseLost)
+		require.Nil(t, a.Term())
+		ld, err := a.Leader(ctx)
+		require.NoError(t, err)
+		require.Equal(t, termB.Owner(), ld.Owner, "a's resignation cannot touch b's term")
+		require.NoError(t, b.Resign(ctx))
+		_, err = a.Leader(ctx)
+		require.ErrorIs(t, err, redlease.ErrNoLeader)
+	})
+}
+
+// Run: lead runs in a live term; a lead that returns nil is followed by
+// the next term, with a higher fence; a lead's error ends Run after it
+// resigned; the end of ctx ends Run after it resigned; and two Runs on one
+// name take turns, never leading at once. (From the core's
+// election_test.go.)
+func TestIntegrationElectionRun(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		ctx := t.Context()
+		errStop := errors.New("stop leading")
+		el := redlease.NewElection(e.client(), "worker")
+		var fences []int64
+		err := el.Run(ctx, func(lctx context.Context) error {
+			term := el.Term()
+			require.NoError(t, lctx.Err())
+			require.NoError(t, term.Context().Err())
+			fences = append(fences, term.Fence())
+			if len(fences) < 3 {
+				return nil
+			}
+			return errStop
+		})
+		require.ErrorIs(t, err, errStop)
+		require.Len(t, fences, 3)
+		require.Greater(t, fences[1], fences[0])
+		require.Greater(t, fences[2], fences[1])
+		_, err = el.Leader(ctx)
+		require.ErrorIs(t, err, redlease.ErrNoLeader, "Run resigned")
+
+		rctx, cancel := context.WithCancel(ctx)
+		err = el.Run(rctx, func(lctx context.Context) error {
+			cancel()
+			<-lctx.Done()
+			return lctx.Err()
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		_, err = el.Leader(ctx)
+		require.ErrorIs(t, err, redlease.ErrNoLeader, "Run resigned")
+
+		// Two Runs, fair: they take turns.
+		rctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		const minTerms, maxTerms = 6, 500
+		var (
+			active atomic.Int32
+			mu     sync.Mutex
+			order  []int64
+			led    [2]int
+		)
+		done := make(chan error, 2)
+		for i := range 2 {
+			el := redlease.NewElection(e.client(), "cron", redlease.WithFair(true))
+			go func() {
+				done <- el.Run(rctx, func(context.Context) error {
+					if n := active.Add(1); n != 1 {
+						t.Errorf("%d leaders at once", n)
+					}
+					defer active.Add(-1)
+					f := el.Term().Fence()
+					mu.Lock()
+					defer mu.Unlock()
+					order = append(order, f)
+					led[i]++
+					if n := len(order); n >= maxTerms || n >= minTerms && led[0] >= 2 && led[1] >= 2 {
+						cancel()
+					}
+					return nil
+				})
+			}()
+		}
+		for range 2 {
+			require.ErrorIs(t, servertest.Recv(t, done, 60*time.Second), context.Canceled)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		require.Less(t, len(order), maxTerms, "the Runs did not take turns: %v", led)
+		for i := 1; i < len(order); i++ {
+			require.Greater(t, order[i], order[i-1])
+		}
+		_, err = redlease.NewElection(e.client(), "cron").Leader(ctx)
+		require.ErrorIs(t, err, redlease.ErrNoLeader, "the last Run resigned")
 	})
 }
