@@ -144,8 +144,9 @@ func (c *Client) takeUp(ctx context.Context, cfg *config, t Token, keys wire.Key
 }
 
 // Handoff ends the lease in this process without releasing it in Redis, so
-// that another process can take it up: pass it Token (t.String(), in an
-// environment variable say), let it call Client.Resume, and call Handoff.
+// that another process can take it up: pass it the lease's Token
+// (Token().String(), in an environment variable say), let it call
+// Client.Resume, and call Handoff.
 // Handoff stops the watchdog and the deadline timer, ends the lease context
 // with cause ErrHandedOff, and takes the lease out of what Client.Close
 // releases. From then on Release, Refresh and Handoff return an error

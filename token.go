@@ -17,7 +17,7 @@ import (
 // as its holder can, until the lease ends. Keep it as secret as a
 // credential: pass it in an environment variable, a pipe or a file only its
 // reader can read, not on a command line (other users see those in ps), and
-// do not log it.
+// do not log it: fmt prints a Token as its String, the capability itself.
 //
 // The key prefix does not travel in a Token: the resuming Client's
 // (WithPrefix, of New or of Resume) names the keys, so it must be the one
