@@ -54,6 +54,12 @@ var (
 	// Release was called, and the error of Refresh on a released lease.
 	ErrReleased = errors.New("redlease: lease released")
 
+	// ErrHandedOff is the context.Cause of a lease context that ended
+	// because Lease.Handoff passed the lease on to another process, and the
+	// error of Refresh, Release and Handoff on that Lease: the lease lives
+	// on in Redis, for the process that resumes it (Client.Resume).
+	ErrHandedOff = errors.New("redlease: lease handed off")
+
 	// ErrOutcomeUnknown means a request reached, or may have reached, Redis
 	// but its reply did not come back (timeout, connection reset). The
 	// operation may or may not have taken effect. It is always joined with

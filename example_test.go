@@ -303,3 +303,53 @@ func ExampleClient_AcquireWrite() {
 	// writer while two read: true
 	// writer's fence above the readers': true
 }
+
+// A parent process hands its lease to the child it starts, and exits: the
+// child takes the lease up by its token, with the same fence, renews it and
+// releases it. Here the two are Clients of one process, and the token
+// travels in a map that stands in for the child's environment
+// (cmd.Env = append(os.Environ(), "IMPORT_LEASE="+token) in the parent,
+// os.Getenv("IMPORT_LEASE") in the child).
+func ExampleClient_Resume() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	env := map[string]string{}
+
+	// The parent.
+	parent := redlease.New(rdb)
+	lease, err := parent.Acquire(ctx, "nightly-import")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx) // after Handoff, releases nothing: the lease is the child's
+	env["IMPORT_LEASE"] = lease.Token().String()
+	// ... start the child with env ...
+	if err := lease.Handoff(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("parent handed off fence", lease.Fence(), "and exits:", context.Cause(lease.Context()))
+	if err := parent.Close(ctx); err != nil { // leaves the lease in Redis
+		log.Fatal(err)
+	}
+
+	// The child.
+	child := redlease.New(rdb)
+	defer child.Close(ctx)
+	token, err := redlease.ParseToken(env["IMPORT_LEASE"])
+	if err != nil {
+		log.Fatal(err)
+	}
+	resumed, err := child.Resume(ctx, token)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, redlease.ErrLeaseLost): too late, the lease has gone
+	}
+	fmt.Println("child holds", resumed.Resource(), "with fence", resumed.Fence())
+	fmt.Println("renewed:", resumed.Refresh(ctx))
+	fmt.Println("released:", resumed.Release(ctx))
+	// Output:
+	// parent handed off fence 1 and exits: redlease: "nightly-import": lease handed off
+	// child holds nightly-import with fence 1
+	// renewed: <nil>
+	// released: <nil>
+}

@@ -94,10 +94,10 @@ func (l *Lease) Holder() string {
 
 // Context returns a context that is done once the lease is lost, is about to
 // lapse without a confirmed renewal, reached its maximum hold, or was
-// released. context.Cause tells which: ErrLeaseLost (wrapped with the reason)
-// or ErrReleased. It carries the values of the acquire call's context. Do the
-// protected work under this context, and check it between steps that cannot
-// be undone.
+// released or handed off. context.Cause tells which: ErrLeaseLost (wrapped
+// with the reason), ErrReleased or ErrHandedOff. It carries the values of
+// the acquire call's context. Do the protected work under this context, and
+// check it between steps that cannot be undone.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		ctx, cancel := context.WithCancelCause(context.Background())
@@ -226,6 +226,9 @@ func (l *Lease) renew(ctx context.Context, tm *config) error {
 // the next holder's release replaces it. A retry later than that returns
 // ErrLeaseLost.
 //
+// After Handoff, Release returns an error matching ErrHandedOff without a
+// round trip: the lease is another process's to release.
+//
 // Once a Release has reached a verdict (nil or ErrLeaseLost), later calls
 // return the same verdict without a round trip, so an explicit Release and a
 // deferred one can both be written.
@@ -273,7 +276,7 @@ func (l *Lease) beginRelease() bool {
 		l.relBegun, l.overran, l.quiet = true, l.state != stateActive, !l.out
 	}
 	switch l.state {
-	case stateLost: // Redis already said it is not ours
+	case stateLost, stateHandedOff: // Redis already said it is not ours; or it is another process's
 		l.relDone, l.relErr = true, l.errorLocked()
 		return false
 	case stateLapsed: // Close need not release it any more

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // The life of a lease, under its mu:
@@ -12,6 +14,8 @@ import (
 //	       ──▶ lapsed    no renewal confirmed before the local deadline, or max hold
 //	       ──▶ released  Release was called
 //	       ──▶ discarded never handed out: its acquire call gave it back
+//	       ──▶ handed off Handoff: it lives on in Redis, for a Resume elsewhere
+//	lapsed ──▶ handed off (resume.go)
 //
 // The local deadline is the send time of the last confirmed acquire or renew
 // plus the lease's local lifetime; a timer per lease ends the context then,
@@ -32,25 +36,34 @@ const (
 	stateLapsed
 	stateReleased
 	stateDiscarded
+	stateHandedOff // Handoff (resume.go): Release and Close leave it in Redis
 )
 
 // newLease returns an active lease whose acquire request was just answered.
 // Nobody else sees it until its acquire call has granted it (see
 // acquisition.grant).
 func (a *acquisition) newLease(ctx context.Context, i int, fence int64) *Lease {
+	return a.c.newLease(ctx, a.cfg, a.resources[i], a.names[i], a.owner, fence, a.kind, a.sk, a.permit, a.permits)
+}
+
+// newLease returns an active lease of kind, not yet started, whose context
+// has the values of ctx; sk are a shared lease's keys, permit and permits
+// a semaphore permit's. (Client.Resume makes one without an acquisition.)
+func (c *Client) newLease(ctx context.Context, cfg *config, resource string, keys wire.Keys, owner string, fence int64,
+	kind leaseKind, sk *wire.SharedKeys, permit, permits int) *Lease {
 	l := &Lease{
-		c:        a.c,
-		cfg:      a.cfg,
-		resource: a.resources[i],
-		keys:     a.names[i],
-		owner:    a.owner,
+		c:        c,
+		cfg:      cfg,
+		resource: resource,
+		keys:     keys,
+		owner:    owner,
 		fence:    fence,
 		index:    -1,
 	}
-	if a.kind != kindExclusive {
-		l.shared = &sharedLease{kind: a.kind, keys: a.sk}
-		if a.kind == kindPermit {
-			l.shared.permit, l.shared.permits, l.shared.permitArg = a.permit, a.permits, permitText(a.permit)
+	if kind != kindExclusive {
+		l.shared = &sharedLease{kind: kind, keys: sk}
+		if kind == kindPermit {
+			l.shared.permit, l.shared.permits, l.shared.permitArg = permit, permits, permitText(permit)
 		}
 	}
 	l.ctx, l.cancel = context.WithCancelCause(detach(ctx))
@@ -215,8 +228,11 @@ func (l *Lease) retime(sent time.Time, tm *config) time.Time {
 
 // errorLocked is the error of an operation on a lease that has ended.
 func (l *Lease) errorLocked() error {
-	if l.state == stateReleased {
+	switch l.state {
+	case stateReleased:
 		return errorf("%s: %w", quote(l.resource), ErrReleased)
+	case stateHandedOff: // whatever ended its context here
+		return errorf("%s: %w", quote(l.resource), ErrHandedOff)
 	}
 	return context.Cause(l.ctx)
 }

@@ -37,7 +37,8 @@ const (
 	// EventAcquire ends an acquire call (TryAcquire, Acquire, or one lease of
 	// AcquireAll). Start is when the call began; Outcome says how it ended.
 	EventAcquire EventKind = iota + 1
-	// EventRenew is one renewal, by the watchdog or Refresh.
+	// EventRenew is one renewal, by the watchdog or Refresh, or
+	// Client.Resume taking up a lease (which renews it).
 	EventRenew
 	// EventLost is a lease context ending without Release: Outcome is
 	// OutcomeLost (Redis said it is not ours), OutcomeExpired (no renewal

@@ -124,6 +124,68 @@ func TestCLI(t *testing.T) {
 		require.Regexp(t, uuidV4, f[2])
 	})
 
+	// REDLEASE_TOKEN is the lease's token: COMMAND reads back the lease it
+	// runs under, of every kind, and a Go program could resume it.
+	t.Run("Token", func(t *testing.T) {
+		t.Parallel()
+		const script = `echo "$REDLEASE_TOKEN $REDLEASE_FENCE $REDLEASE_OWNER ${REDLEASE_PERMIT:--1}"`
+		for _, tc := range []struct {
+			flags []string
+			kind  redlease.LeaseKind
+		}{
+			{nil, redlease.ExclusiveLease},
+			{[]string{"-permits", "3"}, redlease.SemaphorePermit},
+			{[]string{"-read"}, redlease.ReadLease},
+			{[]string{"-write"}, redlease.WriteLease},
+		} {
+			resource := "token-" + tc.kind.String()
+			args := append(append([]string{"run", "-ttl", "7s"}, tc.flags...), resource, "--", "sh", "-c", script)
+			r := c.run(t, args...)
+			require.Zero(t, r.code, r.stderr)
+			f := strings.Fields(r.stdout)
+			require.Len(t, f, 4, r.stdout)
+			tok, err := redlease.ParseToken(f[0])
+			require.NoError(t, err, "%q", f[0])
+			require.Equal(t, resource, tok.Resource)
+			require.Equal(t, f[1], strconv.FormatInt(tok.Fence, 10), "REDLEASE_FENCE")
+			require.Equal(t, f[2], tok.Owner, "REDLEASE_OWNER")
+			require.Equal(t, tc.kind, tok.Kind)
+			require.Equal(t, 7*time.Second, tok.TTL)
+			if tc.kind == redlease.SemaphorePermit {
+				require.Equal(t, f[3], strconv.Itoa(tok.Permit), "REDLEASE_PERMIT")
+				require.Equal(t, 3, tok.Permits)
+			}
+		}
+	})
+
+	// A program that COMMAND runs can take the lease up by its token while
+	// redlease holds it; redlease's release at COMMAND's exit ends it.
+	t.Run("TokenResumesWhileCommandRuns", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		const script = `echo "$REDLEASE_TOKEN" > "$1/token.tmp" && mv "$1/token.tmp" "$1/token"
+while [ ! -e "$1/stop" ]; do sleep 0.02; done`
+		cmd, _, errOut := c.command(t.Context(), "run", "resumed", "--", "sh", "-c", script, "sh", dir)
+		require.NoError(t, cmd.Start())
+		var text []byte
+		servertest.WaitFor(t, 15*time.Second, func() bool {
+			text, _ = os.ReadFile(filepath.Join(dir, "token"))
+			return len(text) > 0
+		})
+		tok, err := redlease.ParseToken(strings.TrimSpace(string(text)))
+		require.NoError(t, err)
+		l, err := locks.Resume(t.Context(), tok, redlease.WithAutoRenew(false))
+		require.NoError(t, err)
+		n, err := locks.LastFence(t.Context(), "resumed")
+		require.NoError(t, err)
+		require.Equal(t, n, l.Fence())
+		require.NoError(t, l.Refresh(t.Context()))
+
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644))
+		require.NoError(t, cmd.Wait(), errOut.String())
+		require.ErrorIs(t, l.Refresh(t.Context()), redlease.ErrLeaseLost, "redlease released it")
+	})
+
 	t.Run("VerboseLogs", func(t *testing.T) {
 		t.Parallel()
 		r := c.run(t, "run", "-v", "verbose", "--", "true")

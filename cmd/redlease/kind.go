@@ -131,7 +131,7 @@ func (k leaseKind) of(lease *redlease.Lease, resource string) string {
 // env is what COMMAND's environment gets for a lease of k.
 func (k leaseKind) env(lease *redlease.Lease, resource string) []string {
 	env := []string{"REDLEASE_RESOURCE=" + resource, "REDLEASE_FENCE=" + strconv.FormatInt(lease.Fence(), 10),
-		"REDLEASE_OWNER=" + lease.Owner()}
+		"REDLEASE_OWNER=" + lease.Owner(), "REDLEASE_TOKEN=" + lease.Token().String()}
 	if k.semaphore {
 		env = append(env, "REDLEASE_PERMIT="+strconv.Itoa(lease.Permit()))
 	}

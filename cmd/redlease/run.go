@@ -26,6 +26,13 @@ these variables added to its environment:
                      let the target reject a fence older than the newest it saw
   REDLEASE_OWNER     the lease's owner token
   REDLEASE_PERMIT    with -permits: the permit it holds, 0 to N-1
+  REDLEASE_TOKEN     the lease's token, for a Go program to take the lease
+                     up with redlease.ParseToken and Client.Resume (same
+                     -prefix): its lease context then ends when the lease
+                     does. redlease still renews and releases the lease; a
+                     Release by COMMAND ends it for redlease too (exit 76).
+                     Like REDLEASE_OWNER, it lets whoever reads it act as
+                     the holder: keep it from logs
 
 renews the lease while COMMAND runs, and releases it when COMMAND exits.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redlease are passed on to

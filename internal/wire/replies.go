@@ -146,6 +146,41 @@ func ParseShared(r driver.Reply, permit bool) (Acquired, error) {
 	return Acquired{}, shared.Errorf("acquire script replied %v", r.Value)
 }
 
+// Resumed is resume.lua's reply.
+type Resumed struct {
+	OK bool // the lease was the token's and now has the full TTL again
+	// Value is the lease as Redis keeps it, "<owner>:<fence>[:<holder>]"
+	// (ParseLease reads it), when OK.
+	Value string
+	// Permits is, for a permit that is the owner's with its fence, the
+	// semaphore's number of permits when it is not the one asked for; then
+	// nothing was renewed. Otherwise 0.
+	Permits int64
+}
+
+// ParseResume reads resume.lua's reply.
+func ParseResume(r driver.Reply) (Resumed, error) {
+	if r.Err != nil {
+		return Resumed{}, r.Err
+	}
+	v, _ := r.Value.([]any)
+	x, ok := int64s(v[:min(len(v), 1)])
+	switch {
+	case !ok || len(x) == 0:
+	case x[0] == 0 && len(v) == 1:
+		return Resumed{}, nil
+	case x[0] == 1 && len(v) == 2:
+		if value, ok := v[1].(string); ok {
+			return Resumed{OK: true, Value: value}, nil
+		}
+	case x[0] == -1 && len(v) == 2:
+		if n, ok := v[1].(int64); ok {
+			return Resumed{Permits: n}, nil
+		}
+	}
+	return Resumed{}, shared.Errorf("resume script replied %v", r.Value)
+}
+
 // int64s returns vals as integers, and false if one is not.
 func int64s(vals []any) ([]int64, bool) {
 	out := make([]int64, len(vals))

@@ -304,6 +304,32 @@ func WriteRelease(k *Keys, sk *SharedKeys, owner, member string, sharded bool) C
 		owner, k.Wake, Flag(sharded), member)
 }
 
+var (
+	//go:embed lua/resume.lua
+	resumeSrc    string
+	resumeScript = NewScript(withQueue(resumeSrc))
+)
+
+// The kinds of lease that resume.lua takes (its ARGV[1]).
+const (
+	ResumeExclusive = "x"
+	ResumePermit    = "p"
+	ResumeRead      = "r"
+	ResumeWrite     = "w"
+)
+
+// Resume is resume.lua's call: take up owner's lease of kind with fence,
+// and renew it to ttl. permit and permits are a permit's (ResumePermit),
+// and not sent for the other kinds.
+func Resume(k *Keys, sk *SharedKeys, kind, owner string, fence int64, ttl string, permit, permits int) Call {
+	c := newCall(resumeScript, 6, k.Lease, sk.Permits, sk.Holders, sk.Writer, sk.Readers, sk.ReadInfo,
+		kind, owner, strconv.FormatInt(fence, 10), ttl)
+	if kind == ResumePermit {
+		c.Args = append(c.Args, strconv.Itoa(permit), strconv.Itoa(permits))
+	}
+	return c
+}
+
 // Named returns the script whose file in lua/ is name ("acquire.lua"),
 // nil for none: for tests, and tools that look at what redlease runs.
 func Named(name string) *Script { return named[name] }
@@ -315,5 +341,5 @@ var named = map[string]*Script{
 	"counter.lua": counterScript, "semaphore.lua": semaphoreScript, "semaphore_refresh.lua": semaphoreRefreshScript,
 	"semaphore_release.lua": semaphoreReleaseScript, "rw_read.lua": readScript, "rw_read_refresh.lua": readRefreshScript,
 	"rw_read_release.lua": readReleaseScript, "rw_write.lua": writeScript, "rw_write_release.lua": writeReleaseScript,
-	"rw_write_refresh.lua": writeRefreshScript,
+	"rw_write_refresh.lua": writeRefreshScript, "resume.lua": resumeScript,
 }

@@ -93,6 +93,8 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 		{"rw_read_release.lua", []Call{ReadRelease(&k, sk, "o", "o/c", true)}},
 		{"rw_write.lua", []Call{Write(&k, sk, "o", "o/c", "1000", true, true, true, "h")}},
 		{"rw_write_release.lua", []Call{WriteRelease(&k, sk, "o", "o/c", true)}},
+		{"resume.lua", []Call{Resume(&k, sk, ResumePermit, "o", 7, "1000", 2, 3),
+			Resume(&k, sk, ResumeExclusive, "o", 7, "1000", 0, 0)}},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			h := readHeader(t, tc.script)
@@ -122,7 +124,7 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 			}
 		})
 	}
-	if len(named) != 19 {
-		t.Errorf("%d scripts named, 19 checked", len(named))
+	if len(named) != 20 {
+		t.Errorf("%d scripts named, 20 checked", len(named))
 	}
 }
