@@ -296,3 +296,21 @@ func TestResumeCallKeys(t *testing.T) {
 		}
 	}
 }
+
+// A lease extended before it is handed off passes its new TTL on: the
+// resumer renews to it, not to the TTL the lease was taken with.
+func TestTokenCarriesTheExtendedTTL(t *testing.T) {
+	mr, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	c := New(rdb)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	l, err := c.TryAcquire(ctx, "r", WithTTL(3*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, time.Minute))
+	require.Equal(t, time.Minute, l.Token().TTL)
+	require.NoError(t, l.Handoff())
+	r, err := c.Resume(ctx, l.Token())
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, mr.TTL("redlease:{r}:lease"))
+	require.NoError(t, r.Release(ctx))
+}

@@ -65,7 +65,7 @@ func (l *Lease) Token() Token {
 	if l == nil {
 		return Token{}
 	}
-	t := Token{Resource: l.resource, Owner: l.owner, Fence: l.fence, Kind: LeaseKind(l.kind()), TTL: l.cfg.ttl}
+	t := Token{Resource: l.resource, Owner: l.owner, Fence: l.fence, Kind: LeaseKind(l.kind()), TTL: l.timing().ttl}
 	if l.kind() == kindPermit {
 		t.Permit, t.Permits = l.shared.permit, l.shared.permits
 	}
