@@ -158,7 +158,7 @@ func (l *Lease) endLocked(s leaseState, cause error) pending {
 		// Ended locally, but Redis may hold the lease for up to a TTL more:
 		// until then Close still releases it, so that a process that shuts
 		// down does not leave the resource blocked.
-		l.timer.Reset(l.timing().ttl)
+		l.timer.Reset(l.timing().ttl + l.timing().lockDelay)
 	} else {
 		l.untrackLocked()
 	}

@@ -91,6 +91,7 @@ type config struct {
 	maxOutage      time.Duration // 0: until ctx ends
 	outageSet      bool          // false: maxOutage is the TTL
 	maxHold        time.Duration // 0: no limit
+	lockDelay      time.Duration // Redis keeps a lease this much longer than its TTL, until released
 	fair           bool
 	observers      []Observer
 	replicas       int
@@ -99,7 +100,7 @@ type config struct {
 	holder         string
 	uncombined     bool        // WithCombinedRequests(false); only New's options set it
 	clk            clock.Clock // the Client's; only New's options set it
-	ttlArg         string      // ttl in ms, as the scripts take it; set by validate
+	ttlArg         string      // ttl plus lockDelay in ms, as the scripts take it; set by validate
 }
 
 func defaultConfig() config {
@@ -235,6 +236,30 @@ func WithMaxOutage(d time.Duration) WaitOption {
 // TTL after d. It must be 0 or at least 1 ms. Default 0: no limit.
 func WithMaxHold(d time.Duration) LeaseOption { return forLease(func(c *config) { c.maxHold = d }) }
 
+// WithLockDelay makes a lease block its resource for d after it ends
+// without a Release (Consul's and Chubby's lock-delay): when its holder
+// stops renewing it (a crash, a pause, a partition, WithMaxHold), nobody
+// can take the resource until d after the lease's TTL ran out in Redis. A
+// Release frees the resource at once, as always.
+//
+// It is for resources that cannot check a fence: a third-party API, a
+// child process of redlease run, a file on a shared disk. A holder that
+// paused past its TTL does not yet know that it lost the lease; the delay
+// gives it d to find out (its context has ended by then) before a new
+// holder starts. It does not make such a resource safe (a holder may stall
+// longer than d), only less often unsafe; a fenced resource does not need
+// it. The price: a crashed holder blocks the resource for TTL + d instead
+// of the TTL.
+//
+// It works by asking Redis to keep the lease TTL + d after every acquire
+// and renewal, while the holder's local deadline still counts from the TTL.
+// So Status.Remaining and a BusyError's time left include d, and waiters
+// wait it out. Client.Break, the operator's override, frees the resource at
+// once. d must be 0 (the default: none) or a whole number of milliseconds.
+func WithLockDelay(d time.Duration) LeaseOption {
+	return forLease(func(c *config) { c.lockDelay = d })
+}
+
 // WithFair makes Acquire hand the lease to waiters in arrival order: a free
 // lease goes to the first live waiter in the resource's queue, and TryAcquire
 // fails while anyone is queued. Fairness holds only among acquirers that all
@@ -307,7 +332,7 @@ func (c *config) interval() time.Duration {
 }
 
 func (c *config) validate() error {
-	c.ttlArg = wire.Millis(c.ttl.Milliseconds())
+	c.ttlArg = wire.Millis((c.ttl + c.lockDelay).Milliseconds())
 	switch {
 	case strings.ContainsAny(c.prefix, "{}"):
 		// The braces around the resource name must be the keys' hash tag.
@@ -337,6 +362,8 @@ func (c *config) validate() error {
 		return invalidf("max wait %v is not 0 or at least 1ms", c.maxWait)
 	case c.maxOutage < 0 || c.maxOutage > 0 && c.maxOutage < time.Millisecond:
 		return invalidf("max outage %v is not 0 or at least 1ms", c.maxOutage)
+	case c.lockDelay < 0 || c.lockDelay%time.Millisecond != 0:
+		return invalidf("lock delay %v is not 0 or a whole number of milliseconds", c.lockDelay)
 	case c.maxHold < 0 || c.maxHold > 0 && c.maxHold < time.Millisecond:
 		return invalidf("max hold %v is not 0 or at least 1ms", c.maxHold)
 	case len(c.holder) > MaxHolder:

@@ -253,3 +253,39 @@ func TestIntegrationExtend(t *testing.T) {
 		})
 	})
 }
+
+// A holder that stops renewing (frozen: no watchdog) blocks its resource
+// for its TTL and the lock delay; the waiter gets it no sooner. A Release
+// frees it at once, however long the delay.
+func TestIntegrationLockDelay(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		ctx := t.Context()
+		const ttl, delay = 300 * time.Millisecond, time.Second
+		holder, waiter := e.client(), e.client()
+		start := time.Now()
+		l, err := holder.TryAcquire(ctx, "delayed", redlease.WithTTL(ttl), redlease.WithLockDelay(delay),
+			redlease.WithAutoRenew(false))
+		require.NoError(t, err)
+		w := integWaiter(ctx, waiter, "delayed")
+		servertest.WaitDone(t, l.Context(), 10*time.Second)
+		ended := time.Since(start)
+		got := servertest.Recv(t, w, 30*time.Second)
+		took := time.Since(start)
+		require.NoError(t, got.err)
+		t.Logf("acquired at 0; the holder's context ended at %v; the waiter got the lease at %v (TTL %v + delay %v)",
+			ended.Round(time.Millisecond), took.Round(time.Millisecond), ttl, delay)
+		require.Less(t, ended, took, "the holder's context ended before the next holder began")
+		require.GreaterOrEqual(t, took, ttl+delay, "nobody takes it before TTL + delay")
+		require.Greater(t, got.l.Fence(), l.Fence())
+		require.NoError(t, got.l.Release(ctx))
+
+		l, err = holder.TryAcquire(ctx, "released", redlease.WithLockDelay(time.Hour))
+		require.NoError(t, err)
+		w = integWaiter(ctx, waiter, "released")
+		servertest.WaitFor(t, 10*time.Second, func() bool { return e.waiting("released") })
+		require.NoError(t, l.Release(ctx))
+		got = servertest.Recv(t, w, 30*time.Second)
+		require.NoError(t, got.err, "released: free at once, not after the hour")
+		require.NoError(t, got.l.Release(ctx))
+	})
+}

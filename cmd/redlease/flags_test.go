@@ -27,6 +27,7 @@ func TestFlagsAreCheckedBeforeConnecting(t *testing.T) {
 		{[]string{"run", "-redis", down, "-ttl", "3s", "-margin", "3s", "res", "--", "true"}, "-margin 3s: "},
 		{[]string{"run", "-redis", down, "-margin", "-1s", "res", "--", "true"}, "-margin -1s: "},
 		{[]string{"run", "-redis", down, "-max-hold", "-1s", "res", "--", "true"}, "-max-hold -1s: "},
+		{[]string{"run", "-redis", down, "-lock-delay", "1500us", "res", "--", "true"}, "-lock-delay 1.5ms: "},
 		{[]string{"run", "-redis", down, "-wait", "-1s", "res", "--", "true"}, "-wait -1s: "},
 		{[]string{"run", "-redis", down, "-grace", "-1s", "res", "--", "true"}, "-grace -1s: "},
 		{[]string{"run", "-redis", down, "-prefix", "a{", "res", "--", "true"}, `-prefix "a{": `},

@@ -74,6 +74,12 @@ Redis saying that the lease is not ours any more (it expired, or was broken)
 ends it at once, and -max-hold when it runs out. A broken lease may be
 another holder's already: then only REDLEASE_FENCE protects the target.
 
+-lock-delay D keeps the resource from the next holder for D more after a
+lease that was not released ends (redlease or its host died, froze, or lost
+Redis): a target that cannot check REDLEASE_FENCE gets D more between the
+end of this COMMAND and the start of the next. A released lease (COMMAND
+exited) frees the resource at once.
+
 Processes that COMMAND leaves in its group (sh -c 'job &') get SIGTERM when
 it exits, and SIGKILL -grace later, or at once if the lease ends meanwhile;
 the lease is released once they are gone, and the exit status stays
@@ -194,6 +200,7 @@ func parseRun(args []string, stdout, stderr io.Writer) (rf runFlags, code int, d
 	wait := fset.Duration("wait", 0, "wait at most this long for the lease (0: until it is acquired)")
 	nowait := fset.Bool("nowait", false, "do not wait: exit 75 at once if the lease is held")
 	maxHold := fset.Duration("max-hold", 0, "stop the command and let the lease go after this long (0: no limit)")
+	lockDelay := fset.Duration("lock-delay", 0, "after a lease that was not released ends, nobody takes the resource for this long (see above)")
 	grace := fset.Duration("grace", 10*time.Second, "how long after SIGTERM a command that must stop gets SIGKILL: never past the lease's local deadline (see above)")
 	margin := fset.Duration("margin", 0, "safety margin: how long before the TTL runs out, unrenewed, the command is killed (0: TTL/10)")
 	fair := fset.Bool("fair", false, "hand the lease to waiters in arrival order")
@@ -224,6 +231,7 @@ func parseRun(args []string, stdout, stderr io.Writer) (rf runFlags, code int, d
 		rf.flags = append(rf.flags, flagOption{"-margin", *margin, redlease.WithSafetyMargin(*margin)})
 	}
 	rf.flags = append(rf.flags, flagOption{"-max-hold", *maxHold, redlease.WithMaxHold(*maxHold)})
+	rf.flags = append(rf.flags, flagOption{"-lock-delay", *lockDelay, redlease.WithLockDelay(*lockDelay)})
 	if *wait != 0 {
 		rf.flags = append(rf.flags, flagOption{"-wait", *wait, redlease.WithMaxWait(*wait)})
 	}
