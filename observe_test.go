@@ -81,7 +81,7 @@ func TestObserverSeesEveryOutcome(t *testing.T) {
 	require.Equal(t, l.Fence(), rel.Fence)
 	require.Positive(t, rel.Held)
 
-	l, err = c.TryAcquire(ctx, "r", WithTTL(50*time.Millisecond))
+	l, err = c.TryAcquire(ctx, "r", WithTTL(500*time.Millisecond))
 	require.NoError(t, err)
 	servertest.WaitDone(t, l.Context(), 10*time.Second)
 	// The timer emits the loss once it has let go of the lease's lock, so

@@ -211,11 +211,11 @@ func TestMetricsAndSpansOfALeaseLife(t *testing.T) {
 	require.Equal(t, codes.Unset, h.span("redlease.release").Status.Code)
 
 	// Expired locally (no renewal), and cut by the maximum hold.
-	l, err = h.locks.TryAcquire(ctx, "billing:9", redlease.WithAutoRenew(false), redlease.WithTTL(50*time.Millisecond))
+	l, err = h.locks.TryAcquire(ctx, "billing:9", redlease.WithAutoRenew(false), redlease.WithTTL(500*time.Millisecond))
 	require.NoError(t, err)
 	h.events.waitLost(t, "billing:9")
 	require.ErrorIs(t, context.Cause(l.Context()), redlease.ErrLeaseLost)
-	l2, err := h.locks.TryAcquire(ctx, "billing:10", redlease.WithTTL(time.Second), redlease.WithMaxHold(50*time.Millisecond))
+	l2, err := h.locks.TryAcquire(ctx, "billing:10", redlease.WithTTL(time.Second), redlease.WithMaxHold(300*time.Millisecond))
 	require.NoError(t, err)
 	h.events.waitLost(t, "billing:10")
 	require.ErrorIs(t, context.Cause(l2.Context()), redlease.ErrMaxHold)

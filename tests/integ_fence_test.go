@@ -64,7 +64,7 @@ func TestIntegrationFencesStrictlyIncreaseAcrossClients(t *testing.T) {
 func TestIntegrationFenceCounterNeverExpiresNorFallsBack(t *testing.T) {
 	eachIntegParallel(t, func(t *testing.T, e *integ) {
 		ctx := t.Context()
-		c := e.client(redlease.WithTTL(50*time.Millisecond), redlease.WithAutoRenew(false))
+		c := e.client(redlease.WithTTL(500*time.Millisecond), redlease.WithAutoRenew(false))
 		var last int64
 		for range 3 {
 			l, err := c.TryAcquire(ctx, "r")

@@ -76,7 +76,7 @@ func TestIntegrationDeadHolderIsReplacedAfterExpiry(t *testing.T) {
 func TestIntegrationStaleReleaseDoesNotDeleteNewLease(t *testing.T) {
 	eachIntegParallel(t, func(t *testing.T, e *integ) {
 		ctx := t.Context()
-		c := e.client(redlease.WithTTL(200*time.Millisecond), redlease.WithAutoRenew(false))
+		c := e.client(redlease.WithTTL(500*time.Millisecond), redlease.WithAutoRenew(false))
 		a, err := c.TryAcquire(ctx, "r")
 		require.NoError(t, err)
 		// A pauses past its TTL: Redis expires its lease.
