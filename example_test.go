@@ -353,3 +353,40 @@ func ExampleClient_Resume() {
 	// renewed: <nil>
 	// released: <nil>
 }
+
+// A job that learns it will run longer than its TTL asks for a longer one;
+// in its last, quick step it may ask for a shorter one, so that the
+// resource is not blocked for long should the process die.
+func ExampleLease_Extend() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	locks := redlease.New(rdb)
+
+	lease, err := locks.TryAcquire(ctx, "reports:monthly", redlease.WithTTL(30*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	// The export turns out to be large: an hour per period from now on.
+	if err := lease.Extend(ctx, time.Hour); err != nil {
+		log.Fatal(err) // ErrLeaseLost: stop the work
+	}
+	st, _ := locks.Inspect(ctx, "reports:monthly")
+	fmt.Println("TTL in Redis:", st.Remaining.Round(time.Minute))
+	fmt.Println("local deadline within:", time.Until(lease.Deadline()).Round(time.Minute))
+
+	// The last step takes seconds: a 10 s TTL from now on.
+	if err := lease.Extend(ctx, 10*time.Second); err != nil {
+		log.Fatal(err)
+	}
+	st, _ = locks.Inspect(ctx, "reports:monthly")
+	fmt.Println("TTL in Redis:", st.Remaining.Round(time.Second))
+	fmt.Println("same fence:", lease.Fence())
+	// Output:
+	// TTL in Redis: 1h0m0s
+	// local deadline within: 53m0s
+	// TTL in Redis: 10s
+	// same fence: 1
+}
