@@ -322,3 +322,62 @@ func TestElectionHealthyFollowerAndLeader(t *testing.T) {
 	var none *Election
 	require.ErrorIs(t, none.Healthy(0), ErrInvalidArgument)
 }
+
+func TestObserveReportsEachNewTermAtOnce(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	c := New(rdb) // TTL 30 s: the polls are 10 s apart, so a term seen within 5 s was announced
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(t.Context())
+	observer := NewElection(c, "e")
+	leaders := observer.Observe(ctx)
+	next := func() Leader {
+		t.Helper()
+		select {
+		case l, ok := <-leaders:
+			require.True(t, ok, "closed")
+			return l
+		case <-time.After(5 * time.Second):
+			t.Fatal("no leader reported within 5 s")
+			return Leader{}
+		}
+	}
+
+	a, b := NewElection(c, "e"), NewElection(c, "e")
+	ta, err := a.Campaign(ctx, "a")
+	require.NoError(t, err)
+	got := next()
+	require.Equal(t, Leader{Value: "a", Owner: ta.Owner(), Fence: ta.Fence(), Remaining: got.Remaining}, got)
+	require.NoError(t, a.Resign(ctx))
+	tb, err := b.Campaign(ctx, "b")
+	require.NoError(t, err)
+	got = next()
+	require.Equal(t, "b", got.Value)
+	require.Equal(t, tb.Fence(), got.Fence)
+	require.Greater(t, got.Fence, ta.Fence())
+
+	cancel()
+	select {
+	case _, ok := <-leaders:
+		require.False(t, ok, "closed when ctx ends")
+	case <-time.After(5 * time.Second):
+		t.Fatal("not closed within 5 s of ctx's end")
+	}
+	require.NoError(t, b.Resign(t.Context()))
+}
+
+func TestObserveStartsWithTheCurrentLeaderAndEndsWithTheClient(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	c := New(rdb)
+	leader := NewElection(c, "e")
+	term, err := leader.Campaign(t.Context(), "a")
+	require.NoError(t, err)
+	leaders := NewElection(c, "e").Observe(t.Context())
+	got := <-leaders
+	require.Equal(t, term.Fence(), got.Fence)
+	require.NoError(t, c.Close(t.Context()))
+	for range leaders { // closed when the Client closes
+	}
+	var nilElection *Election
+	_, ok := <-nilElection.Observe(t.Context())
+	require.False(t, ok)
+}

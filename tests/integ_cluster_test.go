@@ -32,6 +32,7 @@ func TestIntegrationCluster(t *testing.T) {
 		{"AcquireOnClusterWakesWaiters", testAcquireOnClusterWakesWaiters},
 		{"AcquireAllAcrossClusterSlots", testAcquireAllAcrossClusterSlots},
 		{"CampaignOnCluster", testCampaignOnCluster},
+		{"ObserveOnCluster", testObserve},
 	})
 }
 

@@ -232,3 +232,47 @@ func TestIntegrationElectionRun(t *testing.T) {
 		require.ErrorIs(t, err, redlease.ErrNoLeader, "the last Run resigned")
 	})
 }
+
+func TestIntegrationElectionObserve(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		testObserveWith(t, e.client(), e.client())
+	})
+}
+
+func testObserve(t *testing.T, lib library, cl *integCluster, prefix string) {
+	testObserveWith(t, cl.client(t, lib, redlease.WithPrefix(prefix)), cl.client(t, lib, redlease.WithPrefix(prefix)))
+}
+
+// testObserveWith: an observer on one Client hears of each new term won on
+// another, announced: within 5 s, where its polls are 10 s apart (TTL 30 s).
+func testObserveWith(t *testing.T, observer, campaigner *redlease.Client) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	leaders := redlease.NewElection(observer, "observed").Observe(ctx)
+	next := func() redlease.Leader {
+		t.Helper()
+		select {
+		case l, ok := <-leaders:
+			require.True(t, ok, "closed")
+			return l
+		case <-time.After(5 * time.Second):
+			t.Fatal("no leader reported within 5 s")
+			return redlease.Leader{}
+		}
+	}
+	var last int64
+	for _, value := range []string{"a", "b", "c"} {
+		e := redlease.NewElection(campaigner, "observed")
+		term, err := e.Campaign(ctx, value)
+		require.NoError(t, err)
+		got := next()
+		require.Equal(t, value, got.Value)
+		require.Equal(t, term.Fence(), got.Fence)
+		require.Greater(t, got.Fence, last)
+		last = got.Fence
+		require.NoError(t, e.Resign(ctx))
+	}
+	cancel()
+	for range leaders { // closed once ctx ended
+	}
+}

@@ -53,6 +53,7 @@ const (
 	KindAlive    = "alive"
 	KindReleased = "released"
 	KindWake     = "wake"
+	KindLeader   = "leader" // an election's channel (announce.lua), not a key
 	KindFences   = "fences" // a hash slot's fence counter
 
 	KindPermits       = "permits"
@@ -101,6 +102,10 @@ func KeysOf(prefix, resource string) Keys {
 		Queue: name(resource, KindQueue), Alive: name(resource, KindAlive), Released: name(resource, KindReleased),
 		Wake: name(resource, KindWake)}
 }
+
+// LeaderChannel is the channel on which announce.lua tells the observers
+// of the election on the resource of k that a new term began.
+func (k *Keys) LeaderChannel() string { return k.Lease[:len(k.Lease)-len(KindLease)] + KindLeader }
 
 // WakeChannel returns the wake channel of the waiters of the Client with id.
 func (k *Keys) WakeChannel(id string) string { return k.Wake + ":" + id }

@@ -33,3 +33,10 @@ func TestKeysAreOneAllocation(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaderChannelIsTheLeaseKeysWithItsLastWordChanged(t *testing.T) {
+	k := KeysOf("lease:lease:", "a:lease")
+	if got, want := k.LeaderChannel(), "lease:lease:{a:lease}:leader"; got != want {
+		t.Errorf("LeaderChannel() = %q, want %q", got, want)
+	}
+}

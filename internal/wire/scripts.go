@@ -330,6 +330,21 @@ func Resume(k *Keys, sk *SharedKeys, kind, owner string, fence int64, ttl string
 	return c
 }
 
+var (
+	//go:embed lua/announce.lua
+	announceSrc    string
+	announceScript = NewScript(announceSrc)
+)
+
+// Announce is announce.lua's call: the observers of the election whose
+// lease keys are k hear of a new term.
+func Announce(k *Keys, sharded bool) Call {
+	if sharded {
+		return newCall(announceScript, 1, k.Lease, "1")
+	}
+	return newCall(announceScript, 1, k.Lease)
+}
+
 // Named returns the script whose file in lua/ is name ("acquire.lua"),
 // nil for none: for tests, and tools that look at what redlease runs.
 func Named(name string) *Script { return named[name] }
@@ -342,4 +357,5 @@ var named = map[string]*Script{
 	"semaphore_release.lua": semaphoreReleaseScript, "rw_read.lua": readScript, "rw_read_refresh.lua": readRefreshScript,
 	"rw_read_release.lua": readReleaseScript, "rw_write.lua": writeScript, "rw_write_release.lua": writeReleaseScript,
 	"rw_write_refresh.lua": writeRefreshScript, "resume.lua": resumeScript,
+	"announce.lua": announceScript,
 }

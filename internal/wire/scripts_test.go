@@ -95,6 +95,7 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 		{"rw_write_release.lua", []Call{WriteRelease(&k, sk, "o", "o/c", true)}},
 		{"resume.lua", []Call{Resume(&k, sk, ResumePermit, "o", 7, "1000", 2, 3),
 			Resume(&k, sk, ResumeExclusive, "o", 7, "1000", 0, 0)}},
+		{"announce.lua", []Call{Announce(&k, true), Announce(&k, false)}},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			h := readHeader(t, tc.script)
@@ -124,7 +125,7 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 			}
 		})
 	}
-	if len(named) != 20 {
-		t.Errorf("%d scripts named, 20 checked", len(named))
+	if len(named) != 21 {
+		t.Errorf("%d scripts named, 21 checked", len(named))
 	}
 }
