@@ -34,10 +34,11 @@ type Lease struct {
 	holdUntil time.Time // WithMaxHold's limit; zero if none
 	timer     clock.Timer
 
-	// renewMu lets one renew request of the lease be on its way at a time,
-	// so that Redis applies their TTLs in the order the local deadline
-	// assumes: with Extend, two renewals may ask for different TTLs.
-	renewMu sync.Mutex
+	// renewing lets one renew request of the lease be on its way at a time
+	// (a semaphore: send to take it, receive to give it back), so that Redis
+	// applies their TTLs in the order the local deadline assumes: with
+	// Extend, two renewals may ask for different TTLs.
+	renewing chan struct{}
 
 	// Guarded by c.wd.mu (watchdog.go).
 	renewAt time.Time
@@ -134,9 +135,7 @@ func (l *Lease) Refresh(ctx context.Context) error {
 	if l == nil {
 		return invalidf("nil Lease")
 	}
-	l.renewMu.Lock()
-	defer l.renewMu.Unlock()
-	return l.renew(ctx, nil)
+	return l.renewTaking(ctx, nil)
 }
 
 // Extend renews the lease for ttl, which from now on is its TTL: the period
@@ -166,12 +165,22 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := tm.validate(); err != nil {
 		return err
 	}
-	l.renewMu.Lock()
-	defer l.renewMu.Unlock()
-	return l.renew(ctx, &tm)
+	return l.renewTaking(ctx, &tm)
 }
 
-// renew sends one compare-and-renew of the lease (l.renewMu held): with the
+// renewTaking is renew, once the watchdog's renewal of the lease, or
+// another Refresh or Extend, is done with it, or ctx ends first.
+func (l *Lease) renewTaking(ctx context.Context, tm *config) error {
+	select {
+	case l.renewing <- struct{}{}:
+	case <-ctx.Done():
+		return errorf("renew %s: %w", quote(l.resource), context.Cause(ctx))
+	}
+	defer func() { <-l.renewing }()
+	return l.renew(ctx, tm)
+}
+
+// renew sends one compare-and-renew of the lease (l.renewing taken): with the
 // TTL of tm from now on, if tm is not nil.
 //
 // Model: model/redlease.pml, proctype Watchdog (actions renew, send, renewed).

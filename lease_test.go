@@ -3,11 +3,12 @@ package redlease
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"github.com/redlease/redlease/internal/wire"
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -491,4 +493,75 @@ func TestRefreshIsNotSentAfterTheLeaseEnded(t *testing.T) {
 	time.Sleep(time.Until(l.Deadline().Add(gap/2 + 100*time.Millisecond))) // the connection is free again
 	pttl := srv.Client(t).PTTL(ctx, "redlease:{r}:lease").Val()
 	require.Less(t, pttl, time.Second, "no renewal after the lease ended (PTTL %v)", pttl)
+}
+
+// gateRenewal holds up the first script call after it is armed (the
+// watchdog's renewal) until opened or its context ends.
+type gateRenewal struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gateRenewal) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *gateRenewal) hold(ctx context.Context) error {
+	if !g.armed.CompareAndSwap(true, false) {
+		return nil
+	}
+	close(g.entered)
+	select {
+	case <-g.open:
+		return errors.New("held up by the test")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (g *gateRenewal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := g.hold(ctx); err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (g *gateRenewal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := g.hold(ctx); err != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A Refresh waits for the watchdog's renewal of the lease on its way (so
+// that Redis applies their TTLs in order), but no longer than its ctx.
+func TestRefreshWaitsForTheWatchdogsRenewalWithinItsContext(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	g := &gateRenewal{entered: make(chan struct{}), open: make(chan struct{})}
+	rdb.AddHook(g)
+	c := New(rdb, WithRenewInterval(100*time.Millisecond)) // TTL 30 s: the held renewal may wait ~27 s
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	g.armed.Store(true)
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not renew")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = l.Refresh(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown, "nothing was sent")
+	require.Less(t, time.Since(start), 10*time.Second, "ctx was kept, not the watchdog's ~27 s")
+	require.Error(t, l.Extend(ctx, time.Minute), "ctx has ended")
+	close(g.open)
+	require.NoError(t, l.Refresh(t.Context()), "once the watchdog is done with it")
+	require.NoError(t, l.Release(t.Context()))
 }

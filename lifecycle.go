@@ -59,6 +59,7 @@ func (c *Client) newLease(ctx context.Context, cfg *config, resource string, key
 		owner:    owner,
 		fence:    fence,
 		index:    -1,
+		renewing: make(chan struct{}, 1),
 	}
 	if kind != kindExclusive {
 		l.shared = &sharedLease{kind: kind, keys: sk}

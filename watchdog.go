@@ -206,7 +206,9 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 		events []pending
 	)
 	for _, l := range batch {
-		if !l.renewMu.TryLock() {
+		select {
+		case l.renewing <- struct{}{}:
+		default:
 			// A Refresh or Extend renews it now, and queues it again when
 			// it succeeds; should it fail, this is the watchdog's next try.
 			again = append(again, requeue{l, sent.Add(max(l.timing().interval()/4, time.Millisecond))})
@@ -221,7 +223,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 				first = d
 			}
 		} else {
-			l.renewMu.Unlock()
+			<-l.renewing
 		}
 	}
 	oks, errs := w.send(live, first)
@@ -242,7 +244,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 				again = append(again, requeue{l, at})
 			}
 		}
-		l.renewMu.Unlock()
+		<-l.renewing
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
