@@ -254,7 +254,9 @@ func TestRunKillsLeftBehindProcessesWhenTheLeaseEnds(t *testing.T) {
 	script := `echo $$ > "$1/pgid"
 ( trap '' TERM; exec sleep 60 ) >/dev/null 2>&1 &
 echo $! > "$1/pid"`
-	cmd, _, errOut := redleaseProcess(t, "run", "-redis", url, "-ttl", "1s", "-grace", "30s", "broken", "--", "sh", "-c", script, "sh", dir)
+	// -ttl 3s: a first acquire on a loaded machine may take longer than the
+	// 890 ms that a 1 s TTL leaves, and then the command never starts.
+	cmd, _, errOut := redleaseProcess(t, "run", "-redis", url, "-ttl", "3s", "-grace", "30s", "broken", "--", "sh", "-c", script, "sh", dir)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
