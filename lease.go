@@ -156,6 +156,8 @@ func (l *Lease) Refresh(ctx context.Context) error {
 // are those of Refresh: ErrLeaseLost ends the lease; a request error
 // (ErrOutcomeUnknown if the renewal may have run) leaves it to its local
 // deadline and to the watchdog, which renews with the new TTL.
+//
+// Model: model/redlease.pml, proctype Watchdog (actions extend, send, renewed).
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return invalidf("nil Lease")

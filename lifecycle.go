@@ -215,7 +215,7 @@ func (l *Lease) timing() *config {
 // earlier of the deadline before and sent plus tm's lifetime, since Redis
 // may apply the new TTL whether or not the reply comes back.
 //
-// Model: model/redlease.pml, proctype Watchdog, action renewed.
+// Model: model/redlease.pml, proctype Watchdog, action extend.
 func (l *Lease) retime(sent time.Time, tm *config) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -46,14 +46,18 @@ FAULTY="-DCHK_S2 -DCHK_S3 -DCHK_S4 -DCHK_S5 -DCHK_REXCL"
 # The faults configuration: one attempt per client and no renewals (what
 # faults put at stake is the guard's, and the guard sees only fences).
 FCONF="-DFAULTS -DATTEMPTS=1 -DRENEWS=0"
+# Lease.Extend: one call of client 0, to the shorter TTL T2 (2 ticks; -DT2=4:
+# a longer one)
+EXT="-DEXTENDS=1"
 
 # name | expectation | spin -D flags
 #   pass       a full search finds no error
 #   fail:P     the search stops at an assertion of property P (CHECK(P_P, ...))
 verify_runs=(
   "faults|pass|$FCONF -DINCR_MIX $FAULTY"
-  "plain|pass|-DINCR_MIX $ALL"
-  "dups|pass|-DINCR_MIX -DDUPS=1 -DATTEMPTS=1 $ALL"
+  "plain|pass|-DINCR_MIX $EXT $ALL"
+  "dups|pass|-DINCR_MIX -DDUPS=1 -DATTEMPTS=1 $EXT $ALL"
+  "extend-longer|pass|-DINCR_MIX $EXT -DT2=4 -DCHK_S3 -DCHK_S4 -DCHK_LX -DCHK_HELD"
   "witness-retry-same-fence|fail:W1|-DWITNESS=1"
   "witness-stale-write-refused|fail:W2|-DWITNESS=2"
   "witness-retried-release|fail:W3|-DWITNESS=3"
@@ -65,6 +69,8 @@ verify_runs=(
   "witness-advance-fence|fail:W9|$FCONF -DWITNESS=9"
   "witness-regressed-fence-refused|fail:W10|$FCONF -DWITNESS=10"
   "witness-renewal-after-context-end|fail:W11|-DWITNESS=11"
+  "witness-extend-shortens-deadline|fail:W12|$EXT -DWITNESS=12"
+  "witness-renewal-with-new-ttl|fail:W13|$EXT -DWITNESS=13"
 )
 mutant_runs=(
   "mutant-plain-del|fail:S2|-DM_PLAIN_DEL -DCHK_S2"
@@ -77,6 +83,8 @@ mutant_runs=(
   "mutant-sent-after-check|fail:S4|-DM_SENT_AFTER_CHECK -DCHK_S4"
   "mutant-no-start-check|fail:LX|-DM_NO_START_CHECK -DCHK_LX"
   "mutant-incr-outside-no-start-check|fail:RORDER|-DM_INCR_OUTSIDE -DM_NO_START_CHECK -DCHK_RORDER"
+  "mutant-extend-no-retime|fail:S3|$EXT -DM_EXTEND_NO_RETIME -DCHK_S3"
+  "mutant-extend-unserialized|fail:S3|$EXT -DT2=4 -DM_EXTEND_UNSERIALIZED -DCHK_S3"
   "nongoal-faults-s1|fail:S1|$FCONF -DCHK_S1"
   "nongoal-faults-lx|fail:LX|$FCONF -DCHK_LX"
   "nongoal-restart-rorder|fail:RORDER|$FCONF -DFAILOVERS=0 -DCHK_RORDER"
@@ -106,7 +114,7 @@ run_one() {
     # A full search is worth gcc's -O2 (9 s to compile, twice as fast to
     # run); a search that stops at a counterexample is not.
     local opt=-O0
-    case $name in plain|dups|faults) opt=-O2 ;; esac
+    case $name in plain|dups|faults|extend-longer) opt=-O2 ;; esac
     # shellcheck disable=SC2086
     if ! gcc $opt -w -DSAFETY ${MODEL_CFLAGS:-} -o pan pan.c >gcc.out 2>&1; then
       echo "FAIL $name: gcc failed: $(head -c 300 gcc.out)"; exit

@@ -17,6 +17,8 @@
  *   DUPS=n         go-redis may send n requests twice (default 0)
  *   ATTEMPTS=n     acquire attempts of client 0 (default 2; client 1: 1)
  *   RENEWS=n       renewals of client 0's lease (default 1; client 1: 0)
+ *   EXTENDS=n      Lease.Extend calls of client 0 (default 0; client 1: 0),
+ *                  each to the second TTL T2 (default 2, shorter than T)
  *   OTHER=n        acquisitions of R1 by the third client (default 1)
  *   M_<mutation>   a deliberately broken protocol (see check.sh -mutants)
  *   WITNESS=n      stop at reachable situation n: a test of the model itself
@@ -45,6 +47,13 @@
 #endif
 #define LATE  (LIFE + D)     /* the latest real time after the send at which the local
                                 deadline can fire: the client's clock may run slow */
+#ifndef T2
+#define T2    2          /* the TTL that Lease.Extend asks for: shorter than T */
+#endif
+#define LIFE2 (T2 - D - MG)  /* its local lifetime (T2 = 2: 0 ticks on the client's clock) */
+#define LATE2 (LIFE2 + D)    /* ... and its latest firing after the send */
+#define LATE_OF(two) ((two) -> LATE2 : LATE)
+#define LMAX  (LATE2 > LATE -> LATE2 : LATE)
 #define EARLY (2 * D)        /* it may fire up to 2*D ticks before that (clock fast) */
 #ifndef MAXF
 #define MAXF  4          /* the counter's bound: beyond it, acquires are lost (bounded) */
@@ -64,6 +73,9 @@
 #ifndef RENEWS1
 #define RENEWS1 0
 #endif
+#ifndef EXTENDS
+#define EXTENDS 0
+#endif
 #ifndef OTHER
 #define OTHER 1
 #endif
@@ -72,6 +84,17 @@
 #endif
 #define ATTEMPTS_OF(c) ((c) == 0 -> ATTEMPTS : ATTEMPTS1)
 #define RENEWS_OF(c) ((c) == 0 -> RENEWS : RENEWS1)
+#define EXTENDS_OF(c) ((c) == 0 -> EXTENDS : 0)
+/* the renewal slots: the watchdog's and Refresh's, and Extend's. renewMu
+ * serializes them, so they are one slot (c); mutant M_EXTEND_UNSERIALIZED
+ * gives Extend a slot of its own (c + NC), in flight beside the watchdog's */
+#ifdef M_EXTEND_UNSERIALIZED
+#define NS    (2 * NC)
+#define XS(c) ((c) + NC)
+#else
+#define NS    NC
+#define XS(c) (c)
+#endif
 #define OWN(c)  ((c) + 1)    /* the owner token of client c's acquisition; 3: R1's holder */
 #define PEER(c) (1 - (c))
 #define BIT(n)  (1 << (n))
@@ -105,9 +128,11 @@ byte st[NC];             /* lease state */
 byte fen[NC];            /* Lease.fence */
 byte dl[NC];             /* ticks left until the latest firing of the local deadline */
 byte acqAge[NC];         /* ticks since the awaited acquire attempt was sent */
-byte renAge[NC];         /* ticks since the renewal in flight was sent ('sent') */
+byte renAge[NS];         /* ticks since the renewal in flight was sent ('sent') */
 byte tries[NC];          /* attempts made (ATTEMPTS) */
 byte renews[NC];         /* renewals made (RENEWS) */
+byte exts[NC];           /* Extend calls made (EXTENDS) */
+bool cur2[NC];           /* the lease's TTL is T2 (Lease.tm, stored by retime) */
 bool unk[NC];            /* an attempt's outcome is unknown (waitFor's 'unknown') */
 byte refused[NC];        /* FAULTS: a refusal's Newest, for AdvanceFence */
 
@@ -117,14 +142,19 @@ byte ms[NC];             /* its state */
 byte ma[NC];             /* its argument: AdvanceFence's atLeast; KINCR's grant (ghost) */
 byte mv[NC];             /* the reply: a fence, or 0 (busy); release: 1 or 0 */
 byte mg[NC];             /* ghost: the grant the reply is about */
-/* ... and the renewal in flight */
-byte rs[NC];
-byte rv[NC];             /* its reply: 1 or 0 */
+/* ... and the renewal in flight, per slot (NS) */
+byte rs[NS];
+byte rv[NS];             /* its reply: 1 or 0 */
+bool rk2[NS];            /* it asks for T2 (refreshCall's ttlArg) */
 byte dups = DUPS;
 
 /* ghosts: read by the properties only */
 byte gen[NC];            /* the grant (count of leases Redis created for R0) of c's lease */
-byte since[NC];          /* ticks since the send of the last confirmed acquire or renew */
+byte crem[NC];           /* S3: 1 + ticks left of the lifetime (of the TTL it asked for)
+                            since the send of the last confirmed acquire or renew that
+                            moved the deadline; 0: past */
+byte rrem[NC];           /* S3: the same since Redis last set the lease's TTL (the run
+                            of an acquire, at its send, or of a renew), confirmed or not */
 byte began[NC];          /* the peer's fence if it was handed out before c began, else 0 */
 bool delown[NC];         /* a Release of c's deleted c's own lease (for its verdict) */
 
@@ -198,7 +228,8 @@ hidden byte hv, hg, hi, hf;   /* temporaries within one atomic step; not state *
  * replayed trail prints the name in the failed assertion's text ("tag" is
  * never equal to a property, so the assertion is just cond). */
 mtype = { P_S1, P_S1R, P_S2, P_S3, P_S4, P_S5, P_LX, P_HELD, P_RORDER, P_REXCL,
-          P_W1, P_W2, P_W3, P_W4, P_W5, P_W6, P_W7, P_W8, P_W9, P_W10, P_W11 };
+          P_W1, P_W2, P_W3, P_W4, P_W5, P_W6, P_W7, P_W8, P_W9, P_W10, P_W11,
+          P_W12, P_W13 };
 hidden mtype tag;
 #define CHECK(p, cond) assert((cond) || tag == p)
 #define WIT(n) CHECK(P_W##n, WITNESS != n)   /* a witness: the search stops there */
@@ -260,7 +291,9 @@ hidden mtype tag;
 #define LIVE(c) (st[c] == ACTIVE)
 #define LX_OK   (!(LIVE(0) && LIVE(1)))
 #define HELD(c) (!LIVE(c) || (kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c]))
-#define S3B(c)  (!LIVE(c) || since[c] <= LATE)
+#define S3B(c)  (!LIVE(c) || (crem[c] > 0 && rrem[c] > 0))
+/* S3's bound for a send age ticks ago that asked for TTL T2 (two) or T */
+#define REM(two, age) ((age) <= LATE_OF(two) -> LATE_OF(two) - (age) + 1 : 0)
 
 /* The invariants, checked in every state. */
 active proctype Monitor() {
@@ -276,8 +309,11 @@ end:
   :: atomic { !(HELD(0) && HELD(1)) -> CHECK(P_HELD, HELD(0) && HELD(1)) }
 #endif
 #ifdef CHK_S3
-  /* S3: a live context is at most LATE ticks past the send of its last
-   * confirmed acquire or renew: TTL(1-rho) - margin on the client's clock */
+  /* S3: a live context is at most LATE ticks (LATE2 for T2) past the send
+   * of its last confirmed acquire or renew, TTL(1-rho) - margin of the TTL
+   * that send asked for on the client's clock; and at most as much past
+   * the moment Redis last set its TTL, whether the reply came or not: it
+   * ends a margin before Redis could hand the lease on */
   :: atomic { !(S3B(0) && S3B(1)) -> CHECK(P_S3, S3B(0) && S3B(1)) }
 #endif
   od
@@ -314,7 +350,8 @@ end:
        :: hi < NC ->
           if
           :: st[hi] == ACTIVE -> dl[hi]--;
-             S3_(if :: since[hi] <= LATE -> since[hi]++ :: else -> skip fi)
+             S3_(if :: crem[hi] > 0 -> crem[hi]-- :: else -> skip fi;
+                 if :: rrem[hi] > 0 -> rrem[hi]-- :: else -> skip fi)
           :: else -> skip
           fi;
           if
@@ -322,9 +359,15 @@ end:
           :: else -> skip
           fi;
           if
-          :: rs[hi] != EMPTY && renAge[hi] < LATE -> renAge[hi]++
+          :: rs[hi] != EMPTY && renAge[hi] < LMAX -> renAge[hi]++
           :: else -> skip
           fi;
+#ifdef M_EXTEND_UNSERIALIZED
+          if
+          :: rs[XS(hi)] != EMPTY && renAge[XS(hi)] < LMAX -> renAge[XS(hi)]++
+          :: else -> skip
+          fi;
+#endif
           hi++
        :: else -> break
        od;
@@ -396,16 +439,18 @@ inline incr(r, g) {
 }
 #endif
 
-/* abstracts: refresh.lua (compare-and-renew) */
-inline refresh_lua(c) {
+/* abstracts: refresh.lua (compare-and-renew), for the renewal in slot rj:
+ * PEXPIRE with the TTL it asks for (rk2: T2, else T) */
+inline refresh_lua(rc, rj) {
   if
-  :: kttl[R0] > 0 && kown[R0] == OWN(c) ->
-     S2_MUTATE(R0, OWN(c));
-     if :: st[c] != ACTIVE -> WIT(11) :: else -> skip fi;   /* renews a lease whose context ended */
-     kttl[R0] = T; hv = 1; WROTE;
-     EV("@@ R0 refresh.lua by owner %d: ours, PEXPIRE %d\n", OWN(c), T)
+  :: kttl[R0] > 0 && kown[R0] == OWN(rc) ->
+     S2_MUTATE(R0, OWN(rc));
+     if :: st[rc] != ACTIVE -> WIT(11) :: else -> skip fi;   /* renews a lease whose context ended */
+     if :: rk2[rj] -> kttl[R0] = T2 :: else -> kttl[R0] = T fi; hv = 1; WROTE;
+     S3_(if :: st[rc] == ACTIVE -> rrem[rc] = REM(rk2[rj], 0) :: else -> skip fi);
+     EV("@@ R0 refresh.lua by owner %d: ours, PEXPIRE %d\n", OWN(rc), kttl[R0])
   :: else -> hv = 0;
-     EV("@@ R0 refresh.lua by owner %d: not ours -> 0\n", OWN(c))
+     EV("@@ R0 refresh.lua by owner %d: not ours -> 0\n", OWN(rc))
   fi
 }
 
@@ -509,10 +554,10 @@ end:
   do
   :: atomic { ms[c] == SENT -> send(c) }
   :: atomic { rs[c] == SENT ->
-       refresh_lua(c);
+       refresh_lua(c, c);
        if
        :: rs[c] = REPLY; rv[c] = hv
-       :: rs[c] = EMPTY; renAge[c] = 0
+       :: rs[c] = EMPTY; renAge[c] = 0; rk2[c] = 0
        fi;
        hv = 0 }
   od
@@ -618,7 +663,8 @@ inline start(c) {
   :: acqAge[c] < LATE ->
      dl[c] = LATE - acqAge[c];
 #endif
-     st[c] = ACTIVE; fen[c] = hv; GEN_(gen[c] = hg); S3_(since[c] = acqAge[c]);
+     st[c] = ACTIVE; fen[c] = hv; GEN_(gen[c] = hg);
+     S3_(crem[c] = REM(0, acqAge[c]); rrem[c] = crem[c]);
      EV("@@ c%d: acquired, fence %d; its context ends within %d ticks\n", c, hv, dl[c]);
      S1_HANDOUT(c);
      S1_(began[c] = 0);
@@ -642,8 +688,8 @@ inline start(c) {
 /* abstracts: acquisition.leave -- release.lua by owner token, best effort */
 #define LEAVE(c) EV("@@ c%d: gives up; releases by owner (leave)\n", c); \
   unk[c] = 0; SEND(c, KLEAVE, 0)
-#define FINISH(c) st[c] = DONE; tries[c] = 0; renews[c] = 0; unk[c] = 0; F_(refused[c] = 0); \
-  dl[c] = 0; S3_(since[c] = 0); S1_(began[c] = 0)
+#define FINISH(c) st[c] = DONE; tries[c] = 0; renews[c] = 0; exts[c] = 0; cur2[c] = 0; \
+  unk[c] = 0; F_(refused[c] = 0); dl[c] = 0; S3_(crem[c] = 0; rrem[c] = 0); S1_(began[c] = 0)
 
 /* abstracts: acquisition.try / acquisition.waitFor, after an attempt that
  * did not get the lease: again under the same owner token (after a busy
@@ -726,7 +772,7 @@ release:
     EV("@@ c%d: Release\n", c);
     if
     :: st[c] == LOST -> FINISH(c)
-    :: st[c] == ACTIVE -> st[c] = RELEASED; dl[c] = 0; S3_(since[c] = 0); SEND(c, KREL, 0)
+    :: st[c] == ACTIVE -> st[c] = RELEASED; dl[c] = 0; S3_(crem[c] = 0; rrem[c] = 0); SEND(c, KREL, 0)
     :: else -> SEND(c, KREL, 0)
     fi }
 releasing:
@@ -755,17 +801,65 @@ end:
   skip
 }
 
+/* abstracts: watchdog.send (the pipeline goes out, some time after the
+ * check) and Lease.renew's request: refresh.lua runs for client wc's
+ * renewal in slot wj */
+inline wsend(wc, wj) {
+  EV("@@ c%d: the renewal goes out (TTL %d)\n", wc, (rk2[wj] -> T2 : T));
+  refresh_lua(wc, wj);
+  if
+  :: rs[wj] = REPLY; rv[wj] = hv
+  :: rs[wj] = EMPTY; renAge[wj] = 0; rk2[wj] = 0   /* lost, request or reply: Lease.renewed
+                                                   (sent, false, err) changes nothing */
+  :: dups > 0 && wj == wc -> dups--; rs[wj] = SENT /* go-redis sends it again */
+  fi;
+  hv = 0
+}
+
+/* abstracts: Lease.renewed(sent, ok, nil), Lease.extendLocked: the
+ * deadline moves to the send plus the lifetime of the lease's TTL now
+ * (timing(): T2 after an Extend), if later */
+inline wrenewed(wc, wj) {
+  if
+  :: st[wc] != ACTIVE -> skip                /* ended meanwhile: nothing */
+  :: st[wc] == ACTIVE && rv[wj] == 0 ->
+     st[wc] = LOST; dl[wc] = 0; S3_(crem[wc] = 0; rrem[wc] = 0);   /* endLocked(stateLost) */
+     WIT(5);
+     EV("@@ c%d: the renewal says not ours: context ends (lost)\n", wc)
+  :: st[wc] == ACTIVE && rv[wj] == 1 ->
+#ifdef M_REPLY_DEADLINE
+     if
+     :: LATE_OF(cur2[wc]) > dl[wc] ->
+        dl[wc] = LATE_OF(cur2[wc]); S3_(crem[wc] = REM(rk2[wj], renAge[wj]))
+     :: else -> skip
+     fi;
+#else
+     if                                     /* extendLocked(sent) */
+     :: LATE_OF(cur2[wc]) > renAge[wj] && LATE_OF(cur2[wc]) - renAge[wj] > dl[wc] ->
+        dl[wc] = LATE_OF(cur2[wc]) - renAge[wj]; S3_(crem[wc] = REM(rk2[wj], renAge[wj]));
+        WIT(4)
+     :: else -> skip
+     fi;
+#endif
+     EV("@@ c%d: renewed; its context ends within %d ticks\n", wc, dl[wc])
+  fi;
+  rs[wj] = EMPTY; rv[wj] = 0; renAge[wj] = 0; rk2[wj] = 0
+}
+
 /* abstracts: the watchdog -- watchdog.renew, watchdog.send -- and
- * Lease.Refresh, which it stands for too; Lease.renewed and
- * Lease.extendLocked for the reply. A renewal may go at any time (no
- * schedule: every interval is covered), one at a time. */
+ * Lease.Refresh and Lease.Extend, which go through Lease.renew; Lease.renewed
+ * and Lease.extendLocked for the reply; Lease.retime for Extend. A renewal
+ * may go at any time (no schedule: every interval is covered), one at a
+ * time: renewMu (watchdog.renewBatch's TryLock, Refresh's and Extend's
+ * Lock) lets one renew request of the lease be in flight. */
 proctype Watchdog(byte c) {
 end:
   do
   :: atomic { st[c] == ACTIVE && rs[c] == EMPTY && renews[c] < RENEWS_OF(c) ->   /* action renew */
        /* watchdog.renew: 'sent := time.Now()', then the check (liveUntil:
-        * active, and sent before the deadline) */
-       renews[c]++;
+        * active, and sent before the deadline); the TTL is the lease's now */
+       renews[c]++; rk2[c] = cur2[c];
+       if :: cur2[c] -> WIT(13) :: else -> skip fi;   /* the watchdog renews with T2 */
 #ifdef M_SENT_AFTER_CHECK
        rs[c] = CHECKED }                         /* mutant: the check first ... */
   :: atomic { rs[c] == CHECKED ->
@@ -777,40 +871,29 @@ end:
        S4_SEND(c);
        rs[c] = PENDING }
 #endif
-  :: atomic { rs[c] == PENDING ->   /* action send */
-       /* watchdog.send: the pipeline goes out, some time after the check;
-        * refresh.lua runs */
-       EV("@@ c%d: the watchdog's renewal goes out\n", c);
-       refresh_lua(c);
+  :: atomic { st[c] == ACTIVE && rs[XS(c)] == EMPTY && exts[c] < EXTENDS_OF(c) ->   /* action extend */
+       /* Lease.Extend(ctx, T2) -> Lease.renew: 'sent', the check, then
+        * Lease.retime: the TTL is T2 from now on, and the local deadline
+        * the earlier of the one before and sent + LIFE2 (Redis may apply
+        * T2 even if the reply is lost) */
+       exts[c]++; renAge[XS(c)] = 0;
+       S4_SEND(c);
+       cur2[c] = 1; rk2[XS(c)] = 1;
+#ifndef M_EXTEND_NO_RETIME
        if
-       :: rs[c] = REPLY; rv[c] = hv
-       :: rs[c] = EMPTY; renAge[c] = 0           /* lost, request or reply: Lease.renewed
-                                                    (sent, false, err) changes nothing */
-       :: dups > 0 -> dups--; rs[c] = SENT       /* go-redis sends it again */
+       :: LATE2 < dl[c] -> dl[c] = LATE2; WIT(12)
+       :: else -> skip
        fi;
-       hv = 0 }
-  :: atomic { rs[c] == REPLY ->   /* action renewed */
-       /* Lease.renewed(sent, ok, nil), Lease.extendLocked */
-       if
-       :: st[c] != ACTIVE -> skip                /* ended meanwhile: nothing */
-       :: st[c] == ACTIVE && rv[c] == 0 ->
-          st[c] = LOST; dl[c] = 0; S3_(since[c] = 0);   /* endLocked(stateLost) */
-          WIT(5);
-          EV("@@ c%d: the renewal says not ours: context ends (lost)\n", c)
-       :: st[c] == ACTIVE && rv[c] == 1 ->
-#ifdef M_REPLY_DEADLINE
-          if :: LATE > dl[c] -> dl[c] = LATE; S3_(since[c] = renAge[c]) :: else -> skip fi;
-#else
-          if                                     /* extendLocked(sent) */
-          :: LATE > renAge[c] && LATE - renAge[c] > dl[c] ->
-             dl[c] = LATE - renAge[c]; S3_(since[c] = renAge[c]);
-             WIT(4)
-          :: else -> skip
-          fi;
 #endif
-          EV("@@ c%d: renewed; its context ends within %d ticks\n", c, dl[c])
-       fi;
-       rs[c] = EMPTY; rv[c] = 0; renAge[c] = 0 }
+       EV("@@ c%d: Extend to TTL %d; its context ends within %d ticks\n", c, T2, dl[c]);
+       rs[XS(c)] = PENDING }
+  :: atomic { rs[c] == PENDING -> wsend(c, c) }      /* action send */
+  :: atomic { rs[c] == REPLY -> wrenewed(c, c) }     /* action renewed */
+#ifdef M_EXTEND_UNSERIALIZED
+  /* mutant: Extend's request in flight beside the watchdog's */
+  :: atomic { rs[XS(c)] == PENDING -> wsend(c, XS(c)) }
+  :: atomic { rs[XS(c)] == REPLY -> wrenewed(c, XS(c)) }
+#endif
   od
 }
 
@@ -821,7 +904,7 @@ proctype Timer(byte c) {
 end:
   do
   :: atomic { st[c] == ACTIVE && dl[c] <= EARLY ->   /* action deadline */
-       st[c] = LAPSED; dl[c] = 0; S3_(since[c] = 0);    /* endLocked(stateLapsed) */
+       st[c] = LAPSED; dl[c] = 0; S3_(crem[c] = 0; rrem[c] = 0);   /* endLocked(stateLapsed) */
        EV("@@ c%d: the local deadline passes: its context ends\n", c) }
   od
 }
