@@ -85,7 +85,7 @@
 #define ATTEMPTS_OF(c) ((c) == 0 -> ATTEMPTS : ATTEMPTS1)
 #define RENEWS_OF(c) ((c) == 0 -> RENEWS : RENEWS1)
 #define EXTENDS_OF(c) ((c) == 0 -> EXTENDS : 0)
-/* the renewal slots: the watchdog's and Refresh's, and Extend's. renewMu
+/* the renewal slots: the watchdog's and Refresh's, and Extend's. Lease.renewing
  * serializes them, so they are one slot (c); mutant M_EXTEND_UNSERIALIZED
  * gives Extend a slot of its own (c + NC), in flight beside the watchdog's */
 #ifdef M_EXTEND_UNSERIALIZED
@@ -850,8 +850,9 @@ inline wrenewed(wc, wj) {
  * Lease.Refresh and Lease.Extend, which go through Lease.renew; Lease.renewed
  * and Lease.extendLocked for the reply; Lease.retime for Extend. A renewal
  * may go at any time (no schedule: every interval is covered), one at a
- * time: renewMu (watchdog.renewBatch's TryLock, Refresh's and Extend's
- * Lock) lets one renew request of the lease be in flight. */
+ * time: Lease.renewing (a semaphore: watchdog.renewBatch takes it if it
+ * is free, Refresh and Extend wait for it) lets one renew request of the
+ * lease be in flight. */
 proctype Watchdog(byte c) {
 end:
   do
