@@ -269,7 +269,7 @@ while [ ! -e "$1/stop" ]; do sleep 0.02; done`
 			res := "broken:" + tc.name
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			cmd, _, errOut := c.command(ctx, "run", "-ttl", "1500ms", "-grace", "300ms", res, "--",
+			cmd, _, errOut := c.command(ctx, "run", "-ttl", "3s", "-grace", "300ms", res, "--",
 				"sh", "-c", tc.script, "sh", sub)
 			require.NoError(t, cmd.Start())
 			servertest.WaitFor(t, 10*time.Second, func() bool {

@@ -222,8 +222,8 @@ func TestBreakSemaphorePermits(t *testing.T) {
 	t.Parallel()
 	srv := servertest.Redis(t)
 	c := cli{url: srv.URL()}
-	a := c.hold(t, "pool", true, "-permits", "2", "-ttl", "1500ms", "-grace", "200ms")
-	b := c.hold(t, "pool", true, "-permits", "2", "-ttl", "1500ms", "-grace", "200ms")
+	a := c.hold(t, "pool", true, "-permits", "2", "-ttl", "3s", "-grace", "200ms")
+	b := c.hold(t, "pool", true, "-permits", "2", "-ttl", "3s", "-grace", "200ms")
 	byPermit := map[int]*holding{a.permit: a, b.permit: b}
 	st := c.statusOf(t, "pool")
 	require.Len(t, st.Holders, 2)
@@ -234,7 +234,7 @@ func TestBreakSemaphorePermits(t *testing.T) {
 	lost := byPermit[1].wait(t)
 	require.Equal(t, exitLost, lost.code, lost.stderr)
 	require.Contains(t, lost.stderr, `the lease of permit 1 of "pool" ended while the command ran`)
-	next := c.hold(t, "pool", true, "-permits", "2", "-nowait", "-ttl", "1500ms", "-grace", "200ms")
+	next := c.hold(t, "pool", true, "-permits", "2", "-nowait", "-ttl", "3s", "-grace", "200ms")
 	require.Equal(t, 1, next.permit, "the permit that was freed")
 	require.Greater(t, next.fence, max(a.fence, b.fence))
 
@@ -288,7 +288,7 @@ func TestReadWriteRuns(t *testing.T) {
 	require.Zero(t, w.stop(t).code)
 
 	// Supervision is the lease's: a broken write lease stops the command.
-	w = c.hold(t, "catalog", true, "-write", "-ttl", "1500ms", "-grace", "200ms")
+	w = c.hold(t, "catalog", true, "-write", "-ttl", "3s", "-grace", "200ms")
 	r = c.run(t, "break", "-fence", strconv.FormatInt(w.fence, 10), "catalog")
 	require.Zero(t, r.code, r.stderr)
 	require.Contains(t, r.stdout, `removed the write lease of "catalog": fence `+strconv.FormatInt(w.fence, 10))
