@@ -133,7 +133,7 @@ while :; do wait; done`, 4, false},
 			if w.expired.IsZero() {
 				t.Fatalf("the lease did not expire in Redis within 10 s of the kill: %v", w.err)
 			}
-			if w.empty.IsZero() || w.empty.After(w.expired) {
+			if w.empty.IsZero() || w.empty.After(w.held) {
 				t.Fatalf("the lease expired in Redis %v after the kill while the command's group still ran: %v; stderr:\n%s",
 					w.expired.Sub(t0), groupMembers(pgid), stderr)
 			}
@@ -156,12 +156,18 @@ while :; do wait; done`, 4, false},
 // expiry is when a watched process group was first seen empty and a
 // watched lease key first seen gone.
 type expiry struct {
-	empty, expired time.Time
-	err            error
+	// empty is when the group was seen empty (it was gone by then), expired
+	// when the key was seen gone, and held a moment before which Redis
+	// cannot have let the key go: the latest send time of a PTTL plus the
+	// time it had left.
+	empty, expired, held time.Time
+	err                  error
 }
 
 // watchExpiry polls every 2 ms, for at most limit, until key has gone from
-// Redis, noting when process group pgid was first empty.
+// Redis, noting when process group pgid was first empty. The order of the
+// two is judged by the key's time left, not by which poll saw what first:
+// on a loaded machine a poll may be descheduled between its two looks.
 func watchExpiry(rdb redis.Cmdable, key string, pgid int, limit time.Duration) <-chan expiry {
 	out := make(chan expiry, 1)
 	go func() {
@@ -171,10 +177,15 @@ func watchExpiry(rdb redis.Cmdable, key string, pgid int, limit time.Duration) <
 			if e.empty.IsZero() && groupGone(pgid) {
 				e.empty = time.Now()
 			}
-			n, err := rdb.Exists(context.Background(), key).Result()
-			if e.err = err; err == nil && n == 0 {
+			sent := time.Now()
+			left, err := rdb.PTTL(context.Background(), key).Result()
+			switch e.err = err; {
+			case err != nil:
+			case left == -2*time.Nanosecond || left == -2*time.Millisecond || left == -2: // go-redis: no such key
 				e.expired = time.Now()
 				return
+			case left > 0 && sent.Add(left).After(e.held):
+				e.held = sent.Add(left)
 			}
 		}
 	}()
