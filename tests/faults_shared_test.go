@@ -252,7 +252,9 @@ func (h *history) replacedBetween(client int, in opInput, from, to time.Time) bo
 	defer h.mu.Unlock()
 	for _, op := range h.ops {
 		o := op.Input.(opInput)
-		if o.kind != opRelease || op.ClientId == client || op.Output.(opOutput).res != resOK ||
+		// A release whose outcome is unknown may have run, and replaced the
+		// record as well as one that succeeded.
+		if o.kind != opRelease || op.ClientId == client || op.Output.(opOutput).res == resFail ||
 			op.Call > int64(to.Sub(h.start)) || op.Return < int64(from.Sub(h.start)) {
 			continue
 		}
