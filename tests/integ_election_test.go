@@ -228,7 +228,16 @@ func TestIntegrationElectionRun(t *testing.T) {
 		for i := 1; i < len(order); i++ {
 			require.Greater(t, order[i], order[i-1])
 		}
-		_, err = redlease.NewElection(e.client(), "cron").Leader(ctx)
+		// A Run that ended while its campaign was on its way returned at
+		// once (Acquire keeps to its ctx), and the term that campaign may
+		// have taken is released in the background when its reply comes
+		// (see acquisition.send): on a loaded machine that may be after Run
+		// returned. The term's TTL is 30 s: a term left behind fails this.
+		watcher := redlease.NewElection(e.client(), "cron")
+		servertest.WaitFor(t, 10*time.Second, func() bool {
+			_, err = watcher.Leader(ctx)
+			return errors.Is(err, redlease.ErrNoLeader)
+		})
 		require.ErrorIs(t, err, redlease.ErrNoLeader, "the last Run resigned")
 	})
 }

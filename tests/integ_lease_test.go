@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -184,11 +185,25 @@ func TestIntegrationOneCommandPerAcquireAndRelease(t *testing.T) {
 		require.NoError(t, warm.Release(ctx))
 
 		m := integMonitorOf(t, e.srv.Addr, e.rdb)
-		l, err := c.TryAcquire(ctx, "r")
-		require.NoError(t, err)
-		require.Equal(t, []string{"evalsha"}, m.sent(), "acquire is one request")
-		require.NoError(t, l.Release(ctx))
-		require.Equal(t, []string{"evalsha"}, m.sent(), "release is one request")
+		// A client library may reconnect at any time (rueidis and valkey-go
+		// do when a health check's PING is slow on a loaded machine): its
+		// handshake (HELLO, CLIENT) is not the lease's. A pair that saw
+		// one is measured again, twice at most; a library that reconnected
+		// for every request would fail the third.
+		for attempt := 1; ; attempt++ {
+			l, err := c.TryAcquire(ctx, "r")
+			require.NoError(t, err)
+			acquired := m.sent()
+			require.NoError(t, l.Release(ctx))
+			released := m.sent()
+			if attempt < 3 && (slices.Contains(acquired, "hello") || slices.Contains(released, "hello")) {
+				t.Logf("attempt %d: the client library reconnected (acquire %v, release %v): again", attempt, acquired, released)
+				continue
+			}
+			require.Equal(t, []string{"evalsha"}, acquired, "acquire is one request")
+			require.Equal(t, []string{"evalsha"}, released, "release is one request")
+			break
+		}
 	})
 }
 
