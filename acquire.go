@@ -126,7 +126,7 @@ type acquisition struct {
 	c         *Client
 	cfg       *config
 	resources []string
-	owner     string // a random UUID
+	owner     string // a UUID, the Client's id then random bits (newOwner)
 	member    string // the owner's queue member, '<owner>/<client id>'; see internal/wire/lua/queue.lua
 	names     []wire.Keys
 	wait      bool
@@ -213,16 +213,23 @@ func oneSlot(resources []string) bool {
 	return true
 }
 
-// newOwner returns a new owner token, a random UUID (version 4), and its
-// queue member, '<owner>/<client id>': one string, of which the owner is the
-// head.
+// newOwner returns a new owner token, a UUID (version 4), and its queue
+// member, '<owner>/<client id>': one string, of which the owner is the
+// head. The token's first 8 hex digits are the client id, when it is 8 hex
+// digits (a hub's id, itself random), so that break.lua can tell the
+// holder's Client of a Break (see Client.onBreak); its other 90 bits are
+// random.
 func newOwner(clientID string) (owner, member string) {
 	var u [16]byte
 	_, _ = rand.Read(u[:])  // never fails
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // variant RFC 4122
 	var text [36]byte
-	hex.Encode(text[0:8], u[0:4])
+	if isClientID(clientID) {
+		copy(text[0:8], clientID)
+	} else {
+		hex.Encode(text[0:8], u[0:4])
+	}
 	hex.Encode(text[9:13], u[4:6])
 	hex.Encode(text[14:18], u[6:8])
 	hex.Encode(text[19:23], u[8:10])
@@ -235,6 +242,12 @@ func newOwner(clientID string) (owner, member string) {
 	b.WriteString(clientID)
 	member = b.String()
 	return member[:len(text)], member
+}
+
+// isClientID reports whether s has the form of a hub's id: 8 hex digits in
+// lower case, as an owner token begins.
+func isClientID(s string) bool {
+	return len(s) == 8 && validOwner(s+"-0000-4000-8000-000000000000")
 }
 
 // report sends the acquire events: one per lease taken, or one for the failure.

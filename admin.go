@@ -228,12 +228,19 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, seen
 // is true) and whether it deleted a lease. It never touches the fence
 // counter, so the next holder gets a larger fence than the removed one.
 //
-// Break does not stop the removed holder. Its watchdog finds out at its next
-// renewal (within the renew interval, TTL/3 by default) and ends its lease
-// context with ErrLeaseLost; until then it still believes it holds the
-// lease while the next holder may already run. Only a resource that checks
-// fences keeps the two apart. Use Break for a holder that is gone or stuck,
-// not to hurry one that is working.
+// Break tells the removed holder: its lease context ends with ErrLeaseLost
+// about one round trip after the removal (a message on its Client's break
+// channel, see broken.go; at once, before Break returns, when the holder
+// is this Client), and its Release returns ErrLeaseLost. A holder that the
+// message misses (its Client's subscription was not made or is
+// reconnecting, a lease taken less than a round trip before, a driver that
+// cannot subscribe to a classic channel on Cluster) finds out at its next
+// renewal, within the renew interval (TTL/3 by default), as a lease
+// removed by hand always does. Either way the holder may still be writing
+// when the next holder starts: its context ending does not stop work
+// already under way, and only a resource that checks fences keeps the two
+// apart. Use Break for a holder that is gone or stuck, not to hurry one
+// that is working.
 //
 // Each call that reaches Redis sends an EventBreak to the Client's observers
 // (WithObserver, WithLogger given to New); invalid input does not.
@@ -255,13 +262,20 @@ func (c *Client) Break(ctx context.Context, resource string, fence int64) (st St
 		}
 		cfg.observe(ctx, e)
 	}
+	if removed { // after the break's event: the loss follows from it
+		c.endBrokenHere(wire.KeysOf(cfg.prefix, resource).Lease, st, fence)
+	}
 	return st, removed, err
 }
 
 // breakLease runs break.lua.
 func (c *Client) breakLease(ctx context.Context, cfg *config, resource string, fence int64) (Status, bool, error) {
 	k := wire.KeysOf(cfg.prefix, resource)
-	r := c.conn.Run(ctx, wire.Break(&k, wire.SharedKeysOf(cfg.prefix, resource), fence, c.conn.Sharded()))
+	stem := wire.BreakStem(cfg.prefix)
+	if cfg.quietBreak {
+		stem = ""
+	}
+	r := c.conn.Run(ctx, wire.Break(&k, wire.SharedKeysOf(cfg.prefix, resource), fence, c.conn.Sharded(), stem))
 	if r.Err != nil {
 		return Status{}, false, requestError("break", resource, c.conn.Classify(r.Err), r.Err)
 	}

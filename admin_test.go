@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,10 +97,28 @@ func TestBreakOnMiniredis(t *testing.T) {
 
 // Break reports every call that reaches Redis to the Client's observers,
 // with the lease it found.
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func TestBreakReportsToObservers(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
 	def := &recorder{}
-	var buf bytes.Buffer
+	var buf lockedBuffer // the loss of the lease that Break removes may be logged from the break channel's goroutine
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := New(rdb, WithObserver(def), WithLogger(logger), WithAutoRenew(false))
 	ctx := t.Context()
@@ -111,11 +130,17 @@ func TestBreakReportsToObservers(t *testing.T) {
 	_, removed, err := c.Break(ctx, "r", l.Fence())
 	require.NoError(t, err)
 	require.True(t, removed)
+	servertest.WaitFor(t, 5*time.Second, func() bool { def.mu.Lock(); defer def.mu.Unlock(); return len(def.events) == 2 })
 	{
 		def.mu.Lock()
-		require.Len(t, def.events, 1)
-		e := def.events[0]
+		require.Len(t, def.events, 2, "the break, and the loss of the Client's own lease it removed")
+		e, lost := def.events[0], def.events[1]
 		def.mu.Unlock()
+		if e.Kind == EventLost { // the break channel's message may come before Break's reply
+			e, lost = lost, e
+		}
+		require.Equal(t, EventLost, lost.Kind)
+		require.ErrorIs(t, lost.Err, ErrLeaseLost)
 		require.Equal(t, EventBreak, e.Kind)
 		require.Equal(t, OutcomeOK, e.Outcome)
 		require.Equal(t, "r", e.Resource)
@@ -126,6 +151,7 @@ func TestBreakReportsToObservers(t *testing.T) {
 		require.NoError(t, e.Err)
 	}
 	require.Contains(t, buf.String(), "level=WARN msg=\"redlease break\" resource=r result=ok fence=1 owner="+l.Owner()[:8])
+	def.take()
 
 	// Nothing to remove: lost, with the lease found, if any.
 	_, removed, err = c.Break(ctx, "r", 0)
@@ -154,6 +180,7 @@ func TestBreakReportsToObservers(t *testing.T) {
 	require.Empty(t, last.Owner)
 	_, _, err = c.Break(ctx, "r", -1)
 	require.ErrorIs(t, err, ErrInvalidArgument)
-	require.Equal(t, []string{"break:ok", "break:lost", "acquire:ok", "break:lost", "break:error"}, def.take())
+	require.Equal(t, []string{"break:lost", "acquire:ok", "break:lost", "break:error"}, def.take())
 	require.Equal(t, 4, strings.Count(buf.String(), "level=WARN msg=\"redlease break\""), buf.String())
+	require.NoError(t, m.Release(ctx)) // a held lease keeps the Client's break channel subscribed
 }

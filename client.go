@@ -29,6 +29,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	leases  map[*Lease]struct{} // the leases Redis may hold, for Close
+	held    map[breakWatch]int  // how many of them each break channel tells (broken.go)
 	closed  atomic.Bool         // set under mu; read without it by acquire calls
 	closeMu sync.Mutex          // serialises Close calls
 
@@ -56,7 +57,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 
 // newClient returns a Client with the defaults of opts, and no driver yet.
 func newClient(opts []Option) *Client {
-	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}}
+	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}, held: map[breakWatch]int{}}
 	applyAll(&c.cfg, opts)
 	c.clk = c.cfg.clk
 	defaults := c.cfg
@@ -199,7 +200,10 @@ func (c *Client) trackAll(leases []*Lease) bool {
 		return false
 	}
 	for _, l := range leases {
-		c.leases[l] = struct{}{}
+		if _, ok := c.leases[l]; !ok {
+			c.leases[l] = struct{}{}
+			c.holdLocked(l)
+		}
 	}
 	return true
 }
@@ -209,7 +213,10 @@ func (c *Client) trackAll(leases []*Lease) bool {
 func (c *Client) untrack(l *Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.leases, l)
+	if _, ok := c.leases[l]; ok {
+		delete(c.leases, l)
+		c.unholdLocked(l)
+	}
 }
 
 // background runs f on a goroutine of the Client's, for the releases of

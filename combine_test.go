@@ -116,6 +116,10 @@ func combiningClient(t *testing.T, ctxTime bool, opts ...Option) (*Client, *hold
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "warm")
 	require.NoError(t, err)
+	// Its break channel subscribed too, on a goroutine of its own that
+	// should not dial and subscribe while a test counts pipelines; it stays
+	// subscribed while the test takes leases.
+	watchingBreaks(t, c, DefaultPrefix, c.hub.id)
 	require.NoError(t, l.Release(ctx))
 	return c, h, srv.Client(t)
 }

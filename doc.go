@@ -26,7 +26,7 @@
 // # What a lease does
 //
 // An acquire is one Lua script: it takes the lease only if it is free, with
-// the TTL and a random owner token (Lease.Owner), and draws its fence from a
+// the TTL and an owner token (Lease.Owner, a UUID), and draws its fence from a
 // counter in the same step, so no lease exists without a fence. A retry of
 // an acquire whose reply was lost reuses the owner token, and the script
 // returns the same lease and fence. Refresh and Release act only while Redis

@@ -32,6 +32,12 @@ import (
 // refreshes the waiter's place in the queue; a waiter that stops trying is
 // dropped from it after the waiter timeout.
 //
+// The hub also keeps the Client's break channels subscribed (watch), one
+// per key prefix in use, while the Client holds leases and for linger
+// more: Client.Break tells a lease's holder there that it removed the lease
+// (see Client.onBreak). A break channel is a classic channel on Cluster too,
+// and its messages go to one handler rather than to waiters.
+//
 // The hub holds h.mu only to read and write its own state, never across a
 // call into the driver: a driver that blocks delays only the waiters of its
 // channel (up to subscribeWait each), one that panics fails that
@@ -78,6 +84,10 @@ type wakeChannel struct {
 	subscribing chan struct{}       // closed when the subscribe on its way has returned
 	dropping    chan struct{}       // closed when the unsubscribe on its way has returned
 	idle        *time.Timer         // runs while no one waits: unsubscribes
+	// A break channel's: SUBSCRIBE on Cluster too, and the handler of its
+	// messages, called outside h.mu. Set when the channel is made.
+	classic   bool
+	onMessage func(payload string)
 	// missed holds the last wake-ups that named no waiter here: a waiter
 	// registers only after its first attempt found the lease busy, so its
 	// wake-up may arrive just before it joins.
@@ -156,27 +166,39 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// deliver hands a message of channel to the waiter it names.
+// deliver hands a message of channel to the waiter it names, or to a break
+// channel's handler (outside h.mu).
 func (h *hub) deliver(channel, owner string) {
+	if f := h.deliverLocked(channel, owner); f != nil {
+		f(owner)
+	}
+}
+
+// deliverLocked is deliver under h.mu, up to a break channel's handler,
+// which it returns.
+func (h *hub) deliverLocked(channel, owner string) func(string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.chans[channel]
-	if ch == nil {
-		return
-	}
-	if owner == "*" { // a writer's release: every waiting reader may go
+	switch {
+	case ch == nil:
+		return nil
+	case ch.onMessage != nil:
+		return ch.onMessage
+	case owner == "*": // a writer's release: every waiting reader may go
 		for _, wake := range ch.waiters {
 			signal(wake)
 		}
-		return
+		return nil
 	}
 	wake := ch.waiters[owner]
 	if wake == nil { // another Client's waiter, or ours about to join
 		ch.missed[ch.next] = owner
 		ch.next = (ch.next + 1) % len(ch.missed)
-		return
+		return nil
 	}
 	signal(wake)
+	return nil
 }
 
 func signal(c chan struct{}) {
@@ -209,6 +231,54 @@ func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
 		}
 	}
 	return &waiter{h: h, ch: ch, channel: channel, owner: owner}
+}
+
+// holding is the waiter of a break channel that the Client watches.
+const holding = ""
+
+// watch keeps the break channel subscribed, with onMessage as the handler
+// of its messages, until unwatch (and linger more). It subscribes on a
+// goroutine of the hub's and does not wait for it: a message published
+// before Redis confirms the subscription is lost. A subscribe that fails
+// is tried again at the next watch.
+func (h *hub) watch(channel string, onMessage func(payload string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if isClosed(h.closed) {
+		return
+	}
+	ch := h.chans[channel]
+	if ch == nil {
+		ch = &wakeChannel{waiters: map[string]chan struct{}{}, classic: true, onMessage: onMessage}
+		h.chans[channel] = ch
+	}
+	if ch.idle != nil {
+		ch.idle.Stop()
+		ch.idle = nil
+	}
+	ch.waiters[holding] = nil
+	h.startSubscribeLocked(channel, ch)
+}
+
+// unwatch ends a watch: the break channel stays subscribed for linger.
+func (h *hub) unwatch(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch := h.chans[channel]; ch != nil {
+		delete(ch.waiters, holding)
+		h.leftLocked(channel, ch)
+	}
+}
+
+// leftLocked unsubscribes ch after linger if nobody waits on it any more.
+func (h *hub) leftLocked(channel string, ch *wakeChannel) {
+	switch {
+	case len(ch.waiters) > 0:
+	case ch.sub == nil || isClosed(h.closed):
+		h.forgetLocked(channel, ch) // a subscribe on its way sets the timer when it lands
+	case ch.idle == nil:
+		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
+	}
 }
 
 // forgetLocked removes a channel that nobody waits on and that has no
@@ -248,6 +318,9 @@ func (h *hub) endDrop(channel string, ch *wakeChannel) {
 	defer h.mu.Unlock()
 	close(ch.dropping)
 	ch.dropping = nil
+	if ch.onMessage != nil && len(ch.waiters) > 0 { // watched again meanwhile
+		h.startSubscribeLocked(channel, ch)
+	}
 	h.forgetLocked(channel, ch)
 }
 
@@ -282,6 +355,11 @@ func (h *hub) subOf(ch *wakeChannel) driver.Subscription {
 func (h *hub) startSubscribe(channel string, ch *wakeChannel) (subscribing, dropping chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.startSubscribeLocked(channel, ch)
+}
+
+// startSubscribeLocked is startSubscribe under h.mu.
+func (h *hub) startSubscribeLocked(channel string, ch *wakeChannel) (subscribing, dropping chan struct{}) {
 	switch {
 	case ch.dropping != nil:
 		return nil, ch.dropping
@@ -304,7 +382,7 @@ func (h *hub) subscribe(channel string, ch *wakeChannel, done chan struct{}) {
 	defer h.work.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
 	defer cancel()
-	s, err := h.driverSubscribe(ctx, channel)
+	s, err := h.driverSubscribe(ctx, channel, ch.classic)
 	if !h.subscribed(channel, ch, done, s, err) && err == nil {
 		closeSub(context.Background(), s)
 	}
@@ -331,13 +409,18 @@ func (h *hub) subscribed(channel string, ch *wakeChannel, done chan struct{}, s 
 
 // driverSubscribe calls the driver's Subscribe; a panic there fails the
 // subscription (the waiters go on on their timers) instead of the process.
-func (h *hub) driverSubscribe(ctx context.Context, channel string) (s driver.Subscription, err error) {
+func (h *hub) driverSubscribe(ctx context.Context, channel string, classic bool) (s driver.Subscription, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			s, err = nil, fmt.Errorf("redlease: the Redis driver panicked in Subscribe: %v", v)
 		}
 	}()
-	s, err = h.conn.Subscribe(ctx, channel, func(payload string) { h.deliver(channel, payload) })
+	handle := func(payload string) { h.deliver(channel, payload) }
+	if classic {
+		s, err = h.conn.SubscribeClassic(ctx, channel, handle)
+	} else {
+		s, err = h.conn.Subscribe(ctx, channel, handle)
+	}
 	if err == nil && s == nil {
 		err = fmt.Errorf("redlease: the Redis driver returned no subscription")
 	}

@@ -62,8 +62,10 @@ func (l *Lease) Resource() string {
 	return l.resource
 }
 
-// Owner returns the lease's ownership token: a random UUID (v4), unique to
-// this acquisition. Renew and release act only while Redis stores this token.
+// Owner returns the lease's ownership token: a UUID (v4), unique to this
+// acquisition, whose first 8 hex digits are its Client's id (random per
+// Client; Break tells the holder's Client by it) and whose other 90 bits are
+// random. Renew and release act only while Redis stores this token.
 func (l *Lease) Owner() string {
 	if l == nil {
 		return ""

@@ -68,6 +68,7 @@ func TestNewOwner(t *testing.T) {
 		require.Equal(t, uuid.Version(4), u.Version())
 		require.Equal(t, uuid.RFC4122, u.Variant())
 		require.Equal(t, owner+"/c1d2e3f4", member)
+		require.Equal(t, "c1d2e3f4", owner[:8], "the Client's id begins the token (see broken.go)")
 		require.False(t, seen[owner], "owner tokens are unique")
 		seen[owner] = true
 	}
@@ -349,6 +350,7 @@ func TestReleaseAndRefreshWithLostReplyAreReportedUnknown(t *testing.T) {
 	ctx := t.Context()
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
+	watchingBreaks(t, c, DefaultPrefix, c.hub.id) // its SUBSCRIBE is not the request whose reply is lost
 
 	hook.LoseReplies.Store(1)
 	err = l.Refresh(ctx)

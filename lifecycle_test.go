@@ -208,6 +208,7 @@ func TestObserversHearOnlyOfRealLossesAndOverruns(t *testing.T) {
 
 	l, err := c.TryAcquire(ctx, "r")
 	require.NoError(t, err)
+	watchingBreaks(t, c, DefaultPrefix, c.hub.id) // its SUBSCRIBE is not the request whose reply is lost
 	hook.LoseReplies.Store(1)
 	require.ErrorIs(t, l.Release(ctx), ErrOutcomeUnknown)
 	require.NoError(t, l.Release(ctx))

@@ -100,6 +100,7 @@ type config struct {
 	holder         string
 	uncombined     bool        // WithCombinedRequests(false); only New's options set it
 	clk            clock.Clock // the Client's; only New's options set it
+	quietBreak     bool        // Break tells no holder (redleasetest's Expire and Steal); only New's options set it
 	ttlArg         string      // ttl plus lockDelay in ms, as the scripts take it; set by validate
 }
 
@@ -119,6 +120,7 @@ func init() {
 	clock.Option = func(c clock.Clock) any { return Option(clientOption(func(cfg *config) { cfg.clk = c })) }
 	clock.Quiet = func(c any) bool { return c.(*Client).quiet() }
 	clock.Unobserved = func() any { return Option(clientOption(func(cfg *config) { cfg.observers = nil })) }
+	clock.QuietBreaks = func() any { return Option(clientOption(func(cfg *config) { cfg.quietBreak = true })) }
 }
 
 // MaxHolder is the longest holder description, in bytes (WithHolder).

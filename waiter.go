@@ -180,13 +180,7 @@ func (w *waiter) leave() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(ch.waiters, w.owner)
-	switch {
-	case len(ch.waiters) > 0:
-	case ch.sub == nil || isClosed(h.closed):
-		h.forgetLocked(w.channel, ch) // a subscribe on its way sets the timer when it lands
-	case ch.idle == nil:
-		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(w.channel, ch) })
-	}
+	h.leftLocked(w.channel, ch)
 }
 
 // subscribed reports whether Redis confirmed the subscription of the

@@ -161,6 +161,21 @@ type Subscription interface {
 	Close(ctx context.Context) error
 }
 
+// ClassicSubscriber is implemented by a Driver that can subscribe to a
+// classic channel on Redis Cluster, as the three drivers of redlease's
+// modules do. redlease tells a Client at once that Client.Break removed one
+// of its leases through such a channel, one per Client (without a hash tag,
+// so it is no shard channel); a Driver that does not implement it leaves
+// the holder to find out at its next renewal on Cluster.
+type ClassicSubscriber interface {
+	// SubscribeClassic is Subscribe with SUBSCRIBE on every deployment:
+	// on Redis Cluster too, where a message published with PUBLISH on any
+	// node reaches the subscribers of every node, so that the subscription
+	// may go through any node and need not follow a slot. Without Cluster
+	// it is Subscribe. Its Subscription's Done must not wait for I/O.
+	SubscribeClassic(ctx context.Context, channel string, handle func(payload string)) (Subscription, error)
+}
+
 // Addresser is implemented by a Driver that can say where it connects, for
 // error messages: an address, or the seeds of a cluster or the Sentinels,
 // comma-separated.

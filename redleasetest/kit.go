@@ -71,7 +71,8 @@ func New(tb testing.TB, opts ...redlease.Option) *Kit {
 	}
 	k.rdbs = []*redis.Client{k.rdb, k.own}
 	tb.Cleanup(k.close)
-	other := append(slices.Clone(k.opts), clock.Unobserved().(redlease.Option), redlease.WithHolder(OtherHolder))
+	other := append(slices.Clone(k.opts), clock.Unobserved().(redlease.Option),
+		clock.QuietBreaks().(redlease.Option), redlease.WithHolder(OtherHolder))
 	k.other = k.newClient(k.own, other)
 	k.c = k.newClient(nil, k.opts)
 	return k

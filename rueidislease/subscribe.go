@@ -12,7 +12,8 @@ import (
 
 // Subscriptions. Each is one Receive call of the client, on a goroutine
 // that the subscription owns: SUBSCRIBE, or on Cluster SSUBSCRIBE on the
-// master that serves the channel's slot. rueidis puts it on a connection
+// master that serves the channel's slot (SubscribeClassic: SUBSCRIBE there,
+// and UNSUBSCRIBE sent to the same node). rueidis puts it on a connection
 // that it shares with other commands (RESP3; with RESP2, on a connection
 // of its own for all subscriptions), and delivers its messages to the
 // goroutine.
@@ -58,13 +59,32 @@ type subscription struct {
 // server delivers that channel to the connection, for nothing, until the
 // next UNSUBSCRIBE of it or the connection's end).
 func (d *rdriver) Subscribe(ctx context.Context, channel string, handle func(payload string)) (driver.Subscription, error) {
+	return d.subscribe(ctx, channel, handle, false)
+}
+
+var _ driver.ClassicSubscriber = (*rdriver)(nil)
+
+// SubscribeClassic implements driver.ClassicSubscriber as Subscribe does,
+// with SUBSCRIBE on Cluster too. A classic channel has no slot, and rueidis
+// would send its SUBSCRIBE and UNSUBSCRIBE to any node, each to its own: both
+// are sent to the master of the channel's slot instead, as if it were a key.
+func (d *rdriver) SubscribeClassic(ctx context.Context, channel string, handle func(payload string)) (driver.Subscription, error) {
+	return d.subscribe(ctx, channel, handle, d.cluster)
+}
+
+// subscribe is Subscribe, of a classic channel on Cluster if classic.
+func (d *rdriver) subscribe(ctx context.Context, channel string, handle func(payload string), classic bool) (driver.Subscription, error) {
 	b := d.client.B()
 	var sub rueidis.Completed
 	s := &subscription{client: d.client, handle: handle,
 		ready: make(chan struct{}), done: make(chan struct{}), exited: make(chan struct{})}
-	if d.cluster {
+	switch {
+	case classic:
+		sub = b.Subscribe().Channel(channel).Build().SetSlot(channel)
+		s.unsub = b.Unsubscribe().Channel(channel).Build().SetSlot(channel)
+	case d.cluster:
 		sub, s.unsub = b.Ssubscribe().Channel(channel).Build(), b.Sunsubscribe().Channel(channel).Build()
-	} else {
+	default:
 		sub, s.unsub = b.Subscribe().Channel(channel).Build(), b.Unsubscribe().Channel(channel).Build()
 	}
 	rctx, cancel := context.WithCancel(context.Background())

@@ -18,8 +18,9 @@ import (
 // The administrative calls on a real server, on every library. (From the
 // core's admin_test.go.)
 
-// A holder whose lease an operator broke finds out at its next renewal; the
-// first waiter is woken at once, and the next holder's fence is larger.
+// A holder whose lease an operator broke finds out (at once, see
+// integ_break_test.go); the first waiter is woken at once, and the next
+// holder's fence is larger.
 func TestIntegrationBreakWakesWaiterAndHolderSeesLoss(t *testing.T) {
 	eachIntegParallel(t, func(t *testing.T, e *integ) {
 		ctx := t.Context()

@@ -33,6 +33,7 @@ func TestIntegrationCluster(t *testing.T) {
 		{"AcquireAllAcrossClusterSlots", testAcquireAllAcrossClusterSlots},
 		{"CampaignOnCluster", testCampaignOnCluster},
 		{"ObserveOnCluster", testObserve},
+		{"BreakOnCluster", testBreakOnCluster},
 	})
 }
 

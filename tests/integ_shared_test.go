@@ -312,6 +312,9 @@ func TestIntegrationRetriedReleaseAfterTheNextHolderIsRecognised(t *testing.T) {
 
 				a, err := k.take(ctx, lossy) // and lossy's connection open: the next reply is the release's
 				require.NoError(t, err)
+				// and its break channel subscribed, on a connection of its own
+				// with go-redis, whose handshake replies would count
+				integWatchingBreaks(t, prefixOwner(redlease.DefaultPrefix, a), e.rdb)
 				proxy.DropReplies(1)
 				require.ErrorIs(t, a.Release(ctx), redlease.ErrOutcomeUnknown, "the release ran, its reply was lost")
 				b, err := k.take(ctx, other)
@@ -364,6 +367,7 @@ func TestIntegrationRetriedPermitReleaseAfterTheNumberChangedIsRecognised(t *tes
 
 		a, err := lossy.TryAcquireSemaphore(ctx, "s", 1) // and lossy's connection open: the next reply is the release's
 		require.NoError(t, err)
+		integWatchingBreaks(t, prefixOwner(redlease.DefaultPrefix, a), e.rdb) // and its break channel subscribed
 		proxy.DropReplies(1)
 		require.ErrorIs(t, a.Release(ctx), redlease.ErrOutcomeUnknown, "the release ran, its reply was lost")
 		b, err := other.TryAcquireSemaphore(ctx, "s", 2)

@@ -51,7 +51,8 @@
 // connection up after about ClientOption.ConnWriteTimeout (10 s by
 // default), which ends that wait.
 //
-// Subscriptions (the wake-ups of waiters) use Client.Receive, one per
+// Subscriptions (the wake-ups of waiters, and the break channel by which
+// Client.Break tells a holder) use Client.Receive, one per
 // channel, which subscribes again by itself after a reconnect; see
 // Subscribe in subscribe.go for what ends one.
 //

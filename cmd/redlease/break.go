@@ -25,8 +25,9 @@ that took over meanwhile. Without -fence it removes every holder of
 RESOURCE at once: its lease, every permit of its semaphore, its write lease
 and every read lease.
 
-A removed holder is not stopped: it learns of the loss at its next renewal
-(within TTL/3) and may still be writing until then, while the next holder
+A removed holder learns of the loss within a round trip (its Client hears
+of it on its break channel; one that misses the message, at its next
+renewal, within TTL/3), but it may still be writing when the next holder
 starts. Only a resource that checks fences keeps them apart.
 
 Exits 0 if it removed something, 1 if there was nothing (or nothing with

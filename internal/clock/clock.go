@@ -57,6 +57,11 @@ var (
 	// another owner is a Client with the user's options, whose events are not
 	// the user's.
 	Unobserved func() any
+	// QuietBreaks returns a redlease.Option (as any) that makes the Client's
+	// Break tell no holder of the lease it removes: redleasetest's Expire
+	// and Steal stand for an expiry and a takeover, which the holder learns
+	// of at its next renewal.
+	QuietBreaks func() any
 )
 
 // Fake is a Clock that moves only when Advance is called. Its timers fire

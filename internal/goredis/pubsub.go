@@ -12,7 +12,9 @@ import (
 
 // Subscriptions. The channels of one Driver share one go-redis PubSub, a
 // connection of its own, per node: the client's Redis, or on Cluster each
-// master, subscribed with SSUBSCRIBE to the shard channels of its slots.
+// master, subscribed with SSUBSCRIBE to the shard channels of its slots,
+// and one more for the classic channels (SubscribeClassic), subscribed with
+// SUBSCRIBE through the master of the first one's slot.
 // go-redis remembers a PubSub's channels and subscribes them again after a
 // reconnect. A PubSub is closed with its last channel, which ends the
 // goroutine that reads it.
@@ -27,10 +29,11 @@ type subs struct {
 
 // nodeSub is one PubSub and the subscriptions it carries.
 type nodeSub struct {
-	ps    *redis.PubSub
-	addr  string // the master's on Cluster, else ""
-	chans map[string]*subscription
-	read  chan struct{} // closed when its reading goroutine has ended
+	ps      *redis.PubSub
+	addr    string // the master's on Cluster, classicNode for the classic channels, else ""
+	classic bool   // on Cluster: SUBSCRIBE, not SSUBSCRIBE
+	chans   map[string]*subscription
+	read    chan struct{} // closed when its reading goroutine has ended
 }
 
 // subscription is one channel of a nodeSub.
@@ -53,11 +56,29 @@ type subscription struct {
 // unsubscribe, and the check of a Cluster's slot map.
 const subscribeWait = time.Second
 
+// classicNode is the key of the classic channels' nodeSub on Cluster in
+// subs.nodes, where the others are addresses.
+const classicNode = "classic"
+
+var _ driver.ClassicSubscriber = (*Driver)(nil)
+
 // Subscribe implements driver.Driver.
 func (d *Driver) Subscribe(ctx context.Context, channel string, handle func(string)) (driver.Subscription, error) {
+	return d.subscribe(ctx, channel, handle, false)
+}
+
+// SubscribeClassic implements driver.ClassicSubscriber.
+func (d *Driver) SubscribeClassic(ctx context.Context, channel string, handle func(string)) (driver.Subscription, error) {
+	return d.subscribe(ctx, channel, handle, d.cluster != nil)
+}
+
+// subscribe is Subscribe, of a classic channel on Cluster if classic.
+func (d *Driver) subscribe(ctx context.Context, channel string, handle func(string), classic bool) (driver.Subscription, error) {
 	var master *redis.Client // on Cluster, the master of the channel's slot
 	addr := ""
-	if d.cluster != nil {
+	if classic {
+		addr = classicNode
+	} else if d.cluster != nil {
 		m, err := d.cluster.MasterForKey(ctx, channel)
 		if err != nil {
 			return nil, err
@@ -70,10 +91,13 @@ func (d *Driver) Subscribe(ctx context.Context, channel string, handle func(stri
 	d.subs.mu.Lock()
 	n := d.subs.nodes[addr]
 	if n == nil {
-		n = &nodeSub{addr: addr, chans: map[string]*subscription{}, read: make(chan struct{})}
-		if master != nil {
+		n = &nodeSub{addr: addr, classic: classic, chans: map[string]*subscription{}, read: make(chan struct{})}
+		switch {
+		case classic:
+			n.ps = d.cluster.Subscribe(ctx) // no channel: no I/O
+		case master != nil:
 			n.ps = master.SSubscribe(ctx) // no channel: no I/O
-		} else {
+		default:
 			n.ps = d.rdb.Subscribe(ctx)
 		}
 		d.subs.nodes[addr] = n
@@ -99,13 +123,14 @@ func (d *Driver) Subscribe(ctx context.Context, channel string, handle func(stri
 func (s *subscription) Ready() <-chan struct{} { return s.ready }
 
 // Done implements driver.Subscription. On Cluster it ends a subscription
-// through a node that, by the client's slot map, no longer serves the
-// channel: after a failover, or a migration whose sunsubscribe was lost
-// with its connection, go-redis would keep subscribing through the old
-// node's address, and no message would come.
+// of a shard channel through a node that, by the client's slot map, no
+// longer serves the channel: after a failover, or a migration whose
+// sunsubscribe was lost with its connection, go-redis would keep
+// subscribing through the old node's address, and no message would come.
+// A classic channel's messages reach every node: its subscription stays.
 func (s *subscription) Done() <-chan struct{} {
 	d := s.d
-	if d.cluster == nil || isClosed(s.done) {
+	if d.cluster == nil || s.n.classic || isClosed(s.done) {
 		return s.done
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), subscribeWait)
@@ -156,15 +181,18 @@ func (s *subscription) Close(ctx context.Context) error {
 		return err
 	case !mine: // dropped already
 		return nil
-	case d.cluster != nil:
+	case d.cluster != nil && !n.classic:
 		return n.ps.SUnsubscribe(ctx, s.channel)
 	}
 	return n.ps.Unsubscribe(ctx, s.channel)
 }
 
-// receive reads the PubSub until it is closed.
+// receive reads the PubSub until it is closed, by Close or with the
+// go-redis client: then it closes the PubSub, whose health check would
+// otherwise run on, and ends its subscriptions.
 func (n *nodeSub) receive(d *Driver) {
 	defer close(n.read)
+	defer n.closed(d)
 	for m := range n.ps.ChannelWithSubscriptions() {
 		switch m := m.(type) {
 		case *redis.Message:
@@ -187,6 +215,20 @@ func (n *nodeSub) receive(d *Driver) {
 				}
 			}
 		}
+	}
+}
+
+// closed ends the subscriptions of n, whose PubSub can receive no more
+// messages, and closes it (again, if Close did).
+func (n *nodeSub) closed(d *Driver) {
+	_ = n.ps.Close()
+	d.subs.mu.Lock()
+	defer d.subs.mu.Unlock()
+	for _, s := range n.chans {
+		s.endLocked()
+	}
+	if d.subs.nodes[n.addr] == n {
+		delete(d.subs.nodes, n.addr)
 	}
 }
 

@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -77,7 +78,10 @@ func (p *Proxy) Blackhole() {
 // DropReplies makes the proxy close a connection, instead of forwarding,
 // when one of the next n replies arrives on it: the request was delivered,
 // its reply is lost. (A new connection's handshake replies count too, so warm
-// the client's connections first.)
+// the client's connections first.) Pub/sub traffic (a subscription's
+// confirmation, an unsubscribe's reply, a message) is no reply here: it
+// passes and does not count, since a Client subscribes and unsubscribes on
+// its own, whenever its leases and waiters come and go.
 func (p *Proxy) DropReplies(n int) {
 	p.set(func() { p.faults[ToClient].drop = n })
 }
@@ -183,7 +187,9 @@ func (p *Proxy) pump(src, dst net.Conn, d Direction) {
 				p.cond.Wait()
 			}
 			f, closed := p.faults[d], p.closed
-			if f.drop > 0 {
+			if f.drop > 0 && isPubSub(buf[:n]) {
+				f.drop = 0
+			} else if f.drop > 0 {
 				p.faults[d].drop--
 			}
 			p.mu.Unlock()
@@ -233,4 +239,33 @@ func (p *Proxy) forward(dst net.Conn, held <-chan heldChunk, abort <-chan struct
 			failed = true
 		}
 	}
+}
+
+// pubSubKinds are the first words of the pub/sub replies and messages.
+var pubSubKinds = []string{"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe", "psubscribe", "punsubscribe",
+	"message", "smessage", "pmessage", "pong"}
+
+// isPubSub reports whether a chunk from the server is pub/sub traffic: a
+// RESP3 push, or a RESP2 array whose first element names a pub/sub kind.
+func isPubSub(chunk []byte) bool {
+	if len(chunk) > 0 && chunk[0] == '>' {
+		return true
+	}
+	if len(chunk) == 0 || chunk[0] != '*' {
+		return false
+	}
+	_, rest, ok := bytes.Cut(chunk, []byte("\r\n")) // *<n>
+	if !ok || len(rest) == 0 || rest[0] != '$' {
+		return false
+	}
+	_, rest, ok = bytes.Cut(rest, []byte("\r\n")) // $<len>
+	if !ok {
+		return false
+	}
+	for _, k := range pubSubKinds {
+		if bytes.HasPrefix(rest, []byte(k+"\r\n")) {
+			return true
+		}
+	}
+	return false
 }

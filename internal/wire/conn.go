@@ -5,6 +5,7 @@ import (
 	"crypto/fips140"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,6 +277,19 @@ func (c *Conn) Scan(ctx context.Context, match string, fn func(keys []string) er
 // Subscribe subscribes to channel (see driver.Driver.Subscribe).
 func (c *Conn) Subscribe(ctx context.Context, channel string, handle func(payload string)) (driver.Subscription, error) {
 	return c.d.Subscribe(ctx, channel, handle)
+}
+
+// SubscribeClassic subscribes to the classic channel channel (see
+// driver.ClassicSubscriber), with Subscribe off Cluster; on Cluster it
+// fails if the driver cannot.
+func (c *Conn) SubscribeClassic(ctx context.Context, channel string, handle func(payload string)) (driver.Subscription, error) {
+	if !c.d.Sharded() {
+		return c.d.Subscribe(ctx, channel, handle)
+	}
+	if cs, ok := c.d.(driver.ClassicSubscriber); ok {
+		return cs.SubscribeClassic(ctx, channel, handle)
+	}
+	return nil, errors.New("redlease: the Redis driver cannot subscribe to a classic channel on Cluster (driver.ClassicSubscriber)")
 }
 
 // Hash returns the script's SHA-1 in hex as EVALSHA takes it, computed

@@ -17,6 +17,9 @@ import "strings"
 //	<prefix>{R}:alive     the waiters' liveness deadlines
 //	<prefix>{R}:released  the last released lease, for the time it had left
 //	<prefix>{R}:wake:<id> the wake channel of the waiters of Client <id>
+//	<prefix>break:<id>    the break channel of Client <id>: a classic
+//	                      channel (not a shard channel) on Cluster too,
+//	                      without a hash tag (see lua/break.lua)
 //
 // One name is spelled elsewhere too: lua/release.lua makes the wake
 // channel's stem from the lease key, its kind swapped, rather than being
@@ -109,6 +112,14 @@ func (k *Keys) LeaderChannel() string { return k.Lease[:len(k.Lease)-len(KindLea
 
 // WakeChannel returns the wake channel of the waiters of the Client with id.
 func (k *Keys) WakeChannel(id string) string { return k.Wake + ":" + id }
+
+// BreakChannel returns the break channel of the Client with id under
+// prefix: break.lua publishes on it the leases of that Client's that it
+// removes. id is the first 8 characters of the Client's owner tokens.
+func BreakChannel(prefix, id string) string { return prefix + "break:" + id }
+
+// BreakStem is the break channels' stem under prefix, as break.lua takes it.
+func BreakStem(prefix string) string { return prefix + "break:" }
 
 // SharedKeys are the keys of a resource's shared leases.
 type SharedKeys struct {

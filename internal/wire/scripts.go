@@ -163,10 +163,11 @@ var (
 	breakScript = NewScript(withQueue(breakSrc))
 )
 
-// Break is break.lua's call; fence 0 removes any lease.
-func Break(k *Keys, sk *SharedKeys, fence int64, sharded bool) Call {
-	c := allKeys(breakScript, k, sk, 3)
-	c.Args = append(c.Args, strconv.FormatInt(fence, 10), k.Wake, Flag(sharded))
+// Break is break.lua's call; fence 0 removes any lease. stem is the break
+// channels' stem (BreakStem), "" to tell no holder.
+func Break(k *Keys, sk *SharedKeys, fence int64, sharded bool, stem string) Call {
+	c := allKeys(breakScript, k, sk, 4)
+	c.Args = append(c.Args, strconv.FormatInt(fence, 10), k.Wake, Flag(sharded), stem)
 	return c
 }
 

@@ -79,7 +79,7 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 		{"confirm.lua", []Call{Confirm(&k, "o", 7, "1000")}},
 		{"refresh.lua", []Call{Refresh(k.Lease, "o", "1000")}},
 		{"release.lua", []Call{Release(&k, "o", "o/c", true), Release(&k, "o", "o/c", false), Release(&k, "o", "", false)}},
-		{"break.lua", []Call{Break(&k, sk, 0, true)}},
+		{"break.lua", []Call{Break(&k, sk, 0, true, BreakStem("p:"))}},
 		{"inspect.lua", []Call{Inspect(&k, sk)}},
 		{"advance.lua", []Call{Advance(&k, 5)}},
 		{"migrate.lua", []Call{Migrate(Key("p:", "r", KindFence), k.Fence)}},

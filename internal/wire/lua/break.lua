@@ -5,6 +5,7 @@
 -- ARGV[1]  the fence of the lease to remove, in decimal; '0' for any (every
 --          holder of the resource)
 -- ARGV[2]  wake channel  <prefix>{<resource>}:wake    ARGV[3] '1' on Cluster
+-- ARGV[4]  the break channels' stem <prefix>break:, or '' to tell no holder
 --
 -- Reads the resource as inspect.lua does and, in the same step, removes the
 -- leases that have that fence: the lease key, a semaphore's permit (its
@@ -16,12 +17,27 @@
 -- the next holder gets a larger fence than the removed one, and the removed
 -- holder's own Release reports a lost lease.
 --
+-- Each removed lease whose owner is an owner token (a UUID, whose first 8
+-- hex digits name the holder's Client) is told to its holder: a message
+-- '<owner>:<fence>:<KEYS[1]>' on the channel ARGV[4] .. <those 8 digits>,
+-- with PUBLISH, a classic channel on Cluster too (a script may publish on
+-- any channel, and the cluster bus carries the message to every node).
+--
 -- Returns inspect.lua's reply, of before the removal, and the number of
 -- leases removed.
 --#queue
 local now = now_ms()
 local function matches(v)
   return v and (ARGV[1] == '0' or string.match(v, '^[^:]*:(%d+)') == ARGV[1])
+end
+local function tell(v)
+  local owner, fence = string.match(v, '^(%x%x%x%x%x%x%x%x%-[%x%-]+):(%d+)')
+  if owner and #owner == 36 and ARGV[4] ~= '' then
+    -- pcall: a publish that fails (an ACL that denies the channel) must
+    -- not fail the script after its removals; the holder then finds out
+    -- at its next renewal.
+    redis.pcall('PUBLISH', ARGV[4] .. string.sub(owner, 1, 8), owner .. ':' .. fence .. ':' .. KEYS[1])
+  end
 end
 local cur = redis.call('GET', KEYS[1])
 local pttl = redis.call('PTTL', KEYS[1])
@@ -35,6 +51,7 @@ if matches(cur) and string.byte(cur, 1) ~= 1 then -- an exclusive lease, not a m
   redis.call('DEL', KEYS[1])
   removed = removed + 1
   wakeOne = true
+  tell(cur)
 end
 local live = redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
@@ -45,6 +62,7 @@ for i = 1, #live, 2 do
     redis.call('HDEL', KEYS[6], 'o:' .. string.match(v, '^[^:]*'))
     removed = removed + 1
     wakeOne = true
+    tell(v)
   end
 end
 local w = redis.call('GET', KEYS[7])
@@ -54,6 +72,7 @@ if w then
     redis.call('DEL', KEYS[7])
     removed = removed + 1
     wakeRW = true
+    tell(w)
   end
 end
 live = redis.call('ZRANGEBYSCORE', KEYS[8], '(' .. now, '+inf', 'WITHSCORES')
@@ -65,6 +84,7 @@ for i = 1, #live, 2 do
     redis.call('HDEL', KEYS[9], live[i])
     removed = removed + 1
     wakeRW = true
+    tell(v)
   end
 end
 if wakeOne then
