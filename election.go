@@ -68,7 +68,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Lease, error) {
 	if e == nil {
 		return nil, invalidf("nil Election")
 	}
-	opts := append(e.opts[:len(e.opts):len(e.opts)], WithHolder(value))
+	opts := append(e.opts[:len(e.opts):len(e.opts)], WithHolder(value), asTerm)
 	l, err := e.c.Acquire(ctx, e.name, opts...)
 	if err != nil {
 		return nil, err
@@ -301,10 +301,11 @@ func (e *Election) leave(ctx context.Context, term *Lease) {
 func (e *Election) runOptions() []WaitOption {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.valued {
-		return e.opts
+	opts := append(e.opts[:len(e.opts):len(e.opts)], asTerm)
+	if e.valued {
+		opts = append(opts, WithHolder(e.value))
 	}
-	return append(e.opts[:len(e.opts):len(e.opts)], WithHolder(e.value))
+	return opts
 }
 
 // begin marks a Run as under way, and reports false if one already was.

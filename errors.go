@@ -50,6 +50,14 @@ var (
 	// most one TTL later.
 	ErrMaxHold = errors.New("redlease: maximum hold time reached")
 
+	// ErrHandover is the context.Cause of an election term's context that
+	// ended because Election.Handover asked its leader to step down for
+	// another campaigner: the term's renewal found the handover and was not
+	// renewed. Release (or Resign) frees the name at once; otherwise the
+	// term's lease expires in Redis within a TTL. It is not a loss: the term
+	// was still this process's until its context ended.
+	ErrHandover = errors.New("redlease: term handed over")
+
 	// ErrReleased is the context.Cause of a lease context that ended because
 	// Release was called, and the error of Refresh on a released lease.
 	ErrReleased = errors.New("redlease: lease released")

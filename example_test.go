@@ -224,6 +224,49 @@ func ExampleElection_Run() {
 	// redlease: no leader
 }
 
+// A polite handover before a rolling update: the leader steps down at its
+// next renewal, and the replica it names leads next.
+func ExampleElection_Handover() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	ctx := context.Background()
+	ttl := redlease.WithTTL(300 * time.Millisecond) // renewals every 100 ms
+	first := redlease.NewElection(redlease.New(rdb), "shard-7", ttl)
+	second := redlease.NewElection(redlease.New(rdb), "shard-7", ttl)
+
+	term, err := first.Campaign(ctx, "replica-1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	elected := make(chan *redlease.Lease)
+	go func() {
+		next, err := second.Campaign(ctx, "replica-2")
+		if err != nil {
+			log.Fatal(err)
+		}
+		elected <- next
+	}()
+
+	// replica-1 is about to be updated: it hands over to replica-2.
+	if err := first.Handover(ctx, "replica-2"); err != nil {
+		log.Fatal(err)
+	}
+	<-term.Context().Done() // at its next renewal
+	fmt.Println("replica-1 stepped down:", errors.Is(context.Cause(term.Context()), redlease.ErrHandover))
+	_ = first.Resign(ctx) // free the name now, not when the TTL runs out
+
+	next := <-elected
+	leader, err := second.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("leader: %s, with a larger fence: %v\n", leader.Value, next.Fence() > term.Fence())
+	_ = second.Resign(ctx)
+	// Output:
+	// replica-1 stepped down: true
+	// leader: replica-2, with a larger fence: true
+}
+
 // A liveness probe: 200 while this process is a healthy campaigner, 503
 // while it leads but its term's renewals are more than 5 s late.
 func ExampleElection_HealthHandler() {

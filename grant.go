@@ -53,6 +53,9 @@ func (a *acquisition) call() wire.Call {
 	if a.kind != kindExclusive {
 		return a.sharedCall()
 	}
+	if a.cfg.term && len(a.resources) == 1 {
+		return wire.Campaign(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.holder, a.c.conn.Sharded())
+	}
 	if len(a.resources) == 1 {
 		return wire.Acquire(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.holder)
 	}

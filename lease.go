@@ -204,8 +204,8 @@ func (l *Lease) renew(ctx context.Context, tm *config) error {
 	// in Redis a lease whose holder has been told it is lost.
 	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(l.c.clk.Now()))
 	defer cancel()
-	renewed, err := wire.Done(l.c.conn.Run(rctx, l.refreshCall()))
-	events, err := l.renewed(sent, renewed, err)
+	n, err := wire.Int(l.c.conn.Run(rctx, l.refreshCall()))
+	events, err := l.renewed(sent, n, err)
 	for _, p := range events {
 		p.emit(ctx)
 	}

@@ -11,7 +11,7 @@ import (
 // The life of a lease, under its mu:
 //
 //	active ──▶ lost      Redis said it is not ours (a renewal was refused)
-//	       ──▶ lapsed    no renewal confirmed before the local deadline, or max hold
+//	       ──▶ lapsed    no renewal confirmed before the local deadline, max hold, or a handover
 //	       ──▶ released  Release was called
 //	       ──▶ discarded never handed out: its acquire call gave it back
 //	       ──▶ handed off Handoff: it lives on in Redis, for a Resume elsewhere
@@ -170,8 +170,11 @@ func (l *Lease) endLocked(s leaseState, cause error) pending {
 	outcome := OutcomeLost
 	if s == stateLapsed {
 		outcome = OutcomeExpired
-		if errors.Is(cause, ErrMaxHold) {
+		switch {
+		case errors.Is(cause, ErrMaxHold):
 			outcome = OutcomeMaxHold
+		case errors.Is(cause, ErrHandover):
+			outcome = OutcomeHandover
 		}
 	}
 	return pending{cfg: l.cfg, ctx: l.ctx, e: Event{Kind: EventLost, Outcome: outcome, Resource: l.resource,
@@ -257,14 +260,16 @@ func (l *Lease) liveUntil() (time.Time, bool) {
 	return l.deadline, l.state == stateActive
 }
 
-// renewed records the outcome of a renew request sent at sent: nil if the
-// lease was extended (its local deadline is then sent + lifetime), an error
-// matching ErrLeaseLost if Redis said it is not ours (the context is then
-// ended), the lease's error if it had ended meanwhile, or the request error.
+// renewed records the outcome of a renew request sent at sent, whose reply
+// is n (see refresh.lua): nil if the lease was extended (its local deadline
+// is then sent + lifetime), an error matching ErrLeaseLost if Redis said it
+// is not ours, or ErrHandover if a term's handover refused it (the context
+// is then ended), the lease's error if it had ended meanwhile, or the
+// request error.
 // It returns the events to emit: the renewal's, and a loss.
 //
 // Model: model/redlease.pml, proctype Watchdog, action renewed.
-func (l *Lease) renewed(sent time.Time, ok bool, err error) (events [2]pending, rerr error) {
+func (l *Lease) renewed(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.cfg.observers) > 0 && l.state == stateActive {
@@ -278,7 +283,13 @@ func (l *Lease) renewed(sent time.Time, ok bool, err error) (events [2]pending, 
 		return events, l.errorLocked()
 	case err != nil:
 		return events, requestError("renew", l.resource, l.c.conn.Classify(err), err)
-	case !ok:
+	case n == wire.Handed:
+		// Redis still holds the term, unrenewed: Release frees it, and so
+		// does Close until its TTL has run out.
+		events[1] = l.endLocked(stateLapsed, errorf("%w: election %s: another campaigner is to lead (Election.Handover)",
+			ErrHandover, quote(l.resource)))
+		return events, l.errorLocked()
+	case n != 1:
 		events[1] = l.endLocked(stateLost, errorf("%w: %s expired or was taken by another owner", ErrLeaseLost, quote(l.resource)))
 		return events, l.errorLocked()
 	}

@@ -84,18 +84,19 @@ type Outcome uint8
 
 // The outcomes.
 const (
-	OutcomeOK      Outcome = iota + 1 // acquired, renewed, released, broken
-	OutcomeBusy                       // held by another owner (TryAcquire)
-	OutcomeTimeout                    // ctx or the wait limit ended first
-	OutcomeLost                       // the lease was not ours (any more); Break found none to remove
-	OutcomeExpired                    // no renewal confirmed before the local deadline
-	OutcomeMaxHold                    // the maximum hold time ran out
-	OutcomeUnknown                    // the reply was lost (ErrOutcomeUnknown)
-	OutcomeError                      // Redis refused, or could not be reached, or bad input
-	OutcomeStale                      // a fencing guard rejected a write
+	OutcomeOK       Outcome = iota + 1 // acquired, renewed, released, broken
+	OutcomeBusy                        // held by another owner (TryAcquire)
+	OutcomeTimeout                     // ctx or the wait limit ended first
+	OutcomeLost                        // the lease was not ours (any more); Break found none to remove
+	OutcomeExpired                     // no renewal confirmed before the local deadline
+	OutcomeMaxHold                     // the maximum hold time ran out
+	OutcomeUnknown                     // the reply was lost (ErrOutcomeUnknown)
+	OutcomeError                       // Redis refused, or could not be reached, or bad input
+	OutcomeStale                       // a fencing guard rejected a write
+	OutcomeHandover                    // an election's term was handed over (Election.Handover)
 )
 
-var outcomeNames = [...]string{"", "ok", "busy", "timeout", "lost", "expired", "max_hold", "unknown", "error", "stale"}
+var outcomeNames = [...]string{"", "ok", "busy", "timeout", "lost", "expired", "max_hold", "unknown", "error", "stale", "handover"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -229,6 +230,8 @@ func outcomeOf(err error) Outcome {
 		return OutcomeTimeout
 	case errors.Is(err, ErrMaxHold):
 		return OutcomeMaxHold
+	case errors.Is(err, ErrHandover):
+		return OutcomeHandover
 	case errors.Is(err, ErrLeaseLost):
 		return OutcomeLost
 	}

@@ -101,6 +101,7 @@ type config struct {
 	uncombined     bool        // WithCombinedRequests(false); only New's options set it
 	clk            clock.Clock // the Client's; only New's options set it
 	quietBreak     bool        // Break tells no holder (redleasetest's Expire and Steal); only New's options set it
+	term           bool        // an election's term: its acquire and renewals carry the handover key (asTerm)
 	ttlArg         string      // ttl plus lockDelay in ms, as the scripts take it; set by validate
 }
 

@@ -173,6 +173,9 @@ func (a *acquisition) sharedCall() wire.Call {
 
 // refreshCall is the lease's compare-and-renew call.
 func (l *Lease) refreshCall() wire.Call {
+	if l.shared == nil && l.cfg.term {
+		return wire.RefreshTerm(&l.keys, l.owner, l.timing().ttlArg)
+	}
 	if l.shared == nil {
 		return wire.Refresh(l.keys.Lease, l.owner, l.timing().ttlArg)
 	}

@@ -226,9 +226,9 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 			<-l.renewing
 		}
 	}
-	oks, errs := w.send(live, first)
+	replies, errs := w.send(live, first)
 	for i, l := range live {
-		evs, err := l.renewed(sent, oks[i], errs[i])
+		evs, err := l.renewed(sent, replies[i], errs[i])
 		for _, p := range evs {
 			if p.cfg != nil {
 				events = append(events, p)
@@ -260,13 +260,13 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 }
 
 // send renews leases, whose earliest local deadline is first, and returns,
-// per lease, whether Redis renewed it and the request error.
+// per lease, the reply of Redis (see Lease.renewed) and the request error.
 //
 // Model: model/redlease.pml, proctype Watchdog, action send.
-func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []error) {
-	oks, errs = make([]bool, len(leases)), make([]error, len(leases))
+func (w *watchdog) send(leases []*Lease, first time.Time) (replies []int64, errs []error) {
+	replies, errs = make([]int64, len(leases)), make([]error, len(leases))
 	if len(leases) == 0 {
-		return oks, errs
+		return replies, errs
 	}
 	// A renewal is worth sending only while every lease in the batch is
 	// still alive locally: go-redis retries a failed request only while ctx
@@ -277,9 +277,9 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (oks []bool, errs []er
 	defer cancel()
 	calls := func(i int) wire.Call { return leases[i].refreshCall() }
 	for i, r := range w.conn.RunMany(ctx, len(leases), calls) {
-		oks[i], errs[i] = wire.Done(r)
+		replies[i], errs[i] = wire.Int(r)
 	}
-	return oks, errs
+	return replies, errs
 }
 
 // renewQueue is a min-heap of leases by next renewal time.

@@ -161,7 +161,7 @@ func NewObserver(opts ...Option) (redlease.Observer, error) {
 		}
 	}
 	o.plain = metric.WithAttributeSet(attribute.NewSet(c.attrs...))
-	for out := redlease.Outcome(0); out <= redlease.OutcomeStale; out++ {
+	for out := redlease.Outcome(0); out <= redlease.OutcomeHandover; out++ {
 		set := attribute.NewSet(append(c.attrs[:len(c.attrs):len(c.attrs)], OutcomeKey.String(out.String()))...)
 		o.outcomes = append(o.outcomes, metric.WithAttributeSet(set))
 	}

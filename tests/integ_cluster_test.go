@@ -34,6 +34,7 @@ func TestIntegrationCluster(t *testing.T) {
 		{"CampaignOnCluster", testCampaignOnCluster},
 		{"ObserveOnCluster", testObserve},
 		{"BreakOnCluster", testBreakOnCluster},
+		{"HandoverOnCluster", testHandover},
 	})
 }
 

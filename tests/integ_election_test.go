@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // Elections on a real server, on every library. (From the core's
@@ -284,4 +287,81 @@ func testObserveWith(t *testing.T, observer, campaigner *redlease.Client) {
 	cancel()
 	for range leaders { // closed once ctx ended
 	}
+}
+
+// A handover on a real server, on every library: the leader, in Run, ends
+// its term at its next renewal and resigns; the preferred campaigner is
+// elected ahead of one that has waited longer in a fair queue (woken by
+// that one's refused attempt, or by its own retry), and the handover key is
+// gone with its term.
+func TestIntegrationElectionHandover(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		testHandoverWith(t, func(opts ...redlease.Option) *redlease.Client { return e.client(opts...) }, e.rdb, "redlease:")
+	})
+}
+
+func testHandover(t *testing.T, lib library, cl *integCluster, prefix string) {
+	testHandoverWith(t, func(opts ...redlease.Option) *redlease.Client {
+		return cl.client(t, lib, append(opts, redlease.WithPrefix(prefix))...)
+	}, cl.cc, prefix)
+}
+
+func testHandoverWith(t *testing.T, client func(...redlease.Option) *redlease.Client, rdb redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// TTL 3 s: renewals every second, and room for replies on a loaded machine.
+	opts := []redlease.WaitOption{redlease.WithTTL(3 * time.Second), redlease.WithFair(true)}
+	a := redlease.NewElection(client(), "handed", opts...)
+	leading := make(chan int64, 4)
+	causes := make(chan error, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Run(ctx, func(lctx context.Context) error {
+			leading <- a.Term().Fence()
+			<-lctx.Done()
+			causes <- context.Cause(lctx)
+			return nil
+		})
+	}()
+	fenceA := servertest.Recv(t, leading, 10*time.Second)
+
+	b := redlease.NewElection(client(), "handed", opts...)
+	c := redlease.NewElection(client(), "handed", opts...)
+	won := make(chan *redlease.Lease, 2)
+	goCampaign := func(e *redlease.Election, value string) {
+		go func() {
+			l, err := e.Campaign(ctx, value)
+			if err != nil {
+				l = nil
+			}
+			won <- l
+		}()
+	}
+	goCampaign(b, "host-b")
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(integQueued(t, rdb, prefix, "handed")) == 1 })
+	goCampaign(c, "host-c")
+	servertest.WaitFor(t, 10*time.Second, func() bool { return len(integQueued(t, rdb, prefix, "handed")) == 2 })
+
+	start := time.Now()
+	require.NoError(t, b.Handover(ctx, "host-c"))
+	require.ErrorIs(t, servertest.Recv(t, causes, 10*time.Second), redlease.ErrHandover)
+	stepped := time.Since(start)
+	term := servertest.Recv(t, won, 20*time.Second)
+	elected := time.Since(start)
+	require.NotNil(t, term)
+	require.True(t, c.Term() == term, "elected: %q, not the preferred host-c", term.Holder())
+	require.Greater(t, term.Fence(), fenceA)
+	t.Logf("the leader stepped down %v after the handover; host-c was elected %v after it", stepped, elected)
+	n, err := rdb.Exists(ctx, wire.Key(prefix, "handed", wire.KindHandover)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the handover ends with the preferred campaigner's term")
+
+	require.NoError(t, c.Resign(ctx))
+	termB := servertest.Recv(t, won, 20*time.Second)
+	require.NotNil(t, termB, "b goes next, ahead of a's new campaign")
+	require.True(t, b.Term() == termB)
+	require.NoError(t, b.Resign(ctx))
+	require.Greater(t, servertest.Recv(t, leading, 20*time.Second), termB.Fence(), "then a leads again")
+	cancel()
+	require.ErrorIs(t, servertest.Recv(t, done, 10*time.Second), context.Canceled)
 }

@@ -17,6 +17,9 @@ import "strings"
 //	<prefix>{R}:alive     the waiters' liveness deadlines
 //	<prefix>{R}:released  the last released lease, for the time it had left
 //	<prefix>{R}:wake:<id> the wake channel of the waiters of Client <id>
+//	<prefix>{R}:handover  an election's pending handover (Election.Handover):
+//	                      the preferred next leader, until it leads or the
+//	                      handover expires
 //	<prefix>break:<id>    the break channel of Client <id>: a classic
 //	                      channel (not a shard channel) on Cluster too,
 //	                      without a hash tag (see lua/break.lua)
@@ -56,8 +59,9 @@ const (
 	KindAlive    = "alive"
 	KindReleased = "released"
 	KindWake     = "wake"
-	KindLeader   = "leader" // an election's channel (announce.lua), not a key
-	KindFences   = "fences" // a hash slot's fence counter
+	KindLeader   = "leader"   // an election's channel (announce.lua), not a key
+	KindHandover = "handover" // an election's pending handover (handover.lua)
+	KindFences   = "fences"   // a hash slot's fence counter
 
 	KindPermits       = "permits"
 	KindHolders       = "holders"
@@ -109,6 +113,11 @@ func KeysOf(prefix, resource string) Keys {
 // LeaderChannel is the channel on which announce.lua tells the observers
 // of the election on the resource of k that a new term began.
 func (k *Keys) LeaderChannel() string { return k.Lease[:len(k.Lease)-len(KindLease)] + KindLeader }
+
+// HandoverKey is the key of the pending handover of the election on the
+// resource of k (handover.lua): only elections make it, so it is not in
+// Keys, which every acquire makes.
+func (k *Keys) HandoverKey() string { return k.Lease[:len(k.Lease)-len(KindLease)] + KindHandover }
 
 // WakeChannel returns the wake channel of the waiters of the Client with id.
 func (k *Keys) WakeChannel(id string) string { return k.Wake + ":" + id }

@@ -68,6 +68,15 @@ func Acquire(k *Keys, owner, member, ttl string, wait, fair, again bool, holder 
 	return newCall(acquireScript, 4, k.Lease, k.Fence, k.Queue, k.Alive, owner, ttl, mode, member, holder)
 }
 
+// Campaign is acquire.lua's call for an election's campaign: Acquire's,
+// with the handover key of the election (see handover.lua), the holder
+// always sent, and the Cluster flag for waking the preferred campaigner.
+func Campaign(k *Keys, owner, member, ttl string, wait, fair, again bool, holder string, sharded bool) Call {
+	mode := acquireModes[bit(wait)<<2|bit(fair)<<1|bit(again)]
+	return newCall(acquireScript, 5, k.Lease, k.Fence, k.Queue, k.Alive, k.HandoverKey(),
+		owner, ttl, mode, member, holder, Flag(sharded))
+}
+
 // acquireModes are acquire.lua's modes (its ARGV[3]), at the index that
 // Acquire computes from its flags.
 var acquireModes = func() (m [8]string) {
@@ -137,6 +146,16 @@ var (
 func Refresh(lease, owner, ttl string) Call {
 	return newCall(refreshScript, 1, lease, owner, ttl)
 }
+
+// RefreshTerm is refresh.lua's call for an election's term, whose lease
+// keys are k: a pending handover refuses it (Handed).
+func RefreshTerm(k *Keys, owner, ttl string) Call {
+	return newCall(refreshScript, 2, k.Lease, k.HandoverKey(), owner, ttl)
+}
+
+// Handed is refresh.lua's reply to a term's renewal while a handover to
+// another campaigner is pending: not renewed.
+const Handed = 2
 
 var (
 	//go:embed lua/release.lua
@@ -346,6 +365,19 @@ func Announce(k *Keys, sharded bool) Call {
 	return newCall(announceScript, 1, k.Lease)
 }
 
+var (
+	//go:embed lua/handover.lua
+	handoverSrc    string
+	handoverScript = NewScript(handoverSrc)
+)
+
+// Handover is handover.lua's call: the election whose lease keys are k
+// promises its next term to the campaigner whose value is to, for the
+// current term's time left plus ms.
+func Handover(k *Keys, to string, ms int64) Call {
+	return newCall(handoverScript, 2, k.Lease, k.HandoverKey(), to, Millis(ms))
+}
+
 // Named returns the script whose file in lua/ is name ("acquire.lua"),
 // nil for none: for tests, and tools that look at what redlease runs.
 func Named(name string) *Script { return named[name] }
@@ -358,5 +390,5 @@ var named = map[string]*Script{
 	"semaphore_release.lua": semaphoreReleaseScript, "rw_read.lua": readScript, "rw_read_refresh.lua": readRefreshScript,
 	"rw_read_release.lua": readReleaseScript, "rw_write.lua": writeScript, "rw_write_release.lua": writeReleaseScript,
 	"rw_write_refresh.lua": writeRefreshScript, "resume.lua": resumeScript,
-	"announce.lua": announceScript,
+	"announce.lua": announceScript, "handover.lua": handoverScript,
 }

@@ -18,7 +18,12 @@
 --          or be queued): '3000', 'fa3000', 'a0'. One word for three,
 --          because every word of a call costs the server time to parse.
 -- ARGV[4]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
--- ARGV[5]  the holder's description; absent for none
+-- ARGV[5]  the holder's description; absent for none (a campaign sends it)
+-- KEYS[5]  handover key <prefix>{<resource>}:handover  an election's preferred
+--          next leader (see handover.lua); sent by a campaign only, absent
+--          for every other acquire
+-- ARGV[6]  '1' on Redis Cluster (shard channel), for a campaign; absent
+--          for every other acquire
 --
 -- When the lease is ours the reply is its fence (> 0), an integer: newly
 -- taken (the slot's counter is incremented in the same step, so no lease
@@ -35,6 +40,13 @@
 -- When the name is another kind's (its semaphore's or read/write leases are
 -- held or waited for: see queue.lua), the error reply 'WRONGKIND <kind>'.
 --
+-- A campaign (KEYS[5] sent) while a handover is pending (Election.Handover)
+-- may take a free lease only if its holder description is the preferred
+-- one, which then goes before every queued waiter and ends the handover.
+-- Any other campaign finds the name busy for as long as the handover lasts,
+-- and, if it found the lease free (a release woke it), wakes the preferred
+-- campaigner in its place, if that one is waiting.
+--
 -- A waiter that finds the lease busy marks it as waited for: a NUL byte at
 -- the end of its value, which the release script reads instead of looking
 -- for a queue, and every parser of lease values ignores. Every lease that a
@@ -47,6 +59,14 @@ local lease, owner, mode, member, holder = KEYS[1], ARGV[1], ARGV[3], ARGV[4], A
 local mine = owner .. ':'
 local fair = string.find(mode, 'f', 1, true) ~= nil
 local queued = string.find(mode, 'a', 1, true) ~= nil
+-- A campaign's handover: other is true while a handover to another campaigner
+-- is pending, preferred while one to this campaigner's value is.
+local handover, other, preferred = KEYS[5], false, false
+if handover then
+  local to = redis.call('HGET', handover, 'to')
+  preferred = to ~= false and to == (holder or '')
+  other = to ~= false and not preferred
+end
 
 -- The common cases first, before the queue's functions are defined (which
 -- costs time on every call). The first attempt of an acquire that need not
@@ -57,7 +77,7 @@ local queued = string.find(mode, 'a', 1, true) ~= nil
 -- its own too: the client library sent it again after its reply was lost
 -- (go-redis retries on a reset connection); it is the same lease then.
 local cur
-if not queued and not fair then
+if not queued and not fair and not other and not preferred then
   local fence = redis.call('INCR', KEYS[2])
   local value = mine .. string.format('%d', fence)
   if holder then
@@ -90,6 +110,9 @@ local function take(waited)
     value = value .. '\0'
   end
   redis.call('SET', lease, value, 'PX', ARGV[2])
+  if preferred then
+    redis.call('DEL', handover) -- handed over
+  end
   return fence
 end
 
@@ -98,6 +121,9 @@ local function busy(pttl)
   if timeout > 0 then
     enqueue(KEYS[3], KEYS[4], member, timeout)
     queued = true
+    if preferred then -- so that another campaign can wake it
+      redis.call('HSET', handover, 'member', member)
+    end
     if cur and string.byte(cur, -1) ~= 0 then
       redis.call('SET', lease, cur .. '\0', 'KEEPTTL') -- waited for
     end
@@ -112,7 +138,22 @@ end
 if cur then
   return busy(redis.call('PTTL', lease))
 end
-if fair then
+if other then
+  -- Free, but promised: wake the preferred campaigner if it waits, and
+  -- stay away for as long as the handover lasts.
+  local m = redis.call('HGET', handover, 'member')
+  local to, client = string.match(m or '', '^(.*)/([^/]*)$')
+  if to then
+    local ch = string.sub(lease, 1, -#'lease' - 1) .. 'wake:' .. client
+    if ARGV[6] == '1' then
+      redis.pcall('SPUBLISH', ch, to)
+    else
+      redis.call('PUBLISH', ch, to)
+    end
+  end
+  return busy(redis.call('PTTL', handover))
+end
+if fair and not preferred then
   local head = first(KEYS[3], KEYS[4])
   if head and head ~= member then
     return busy(0)
