@@ -549,6 +549,7 @@ func TestRefreshWaitsForTheWatchdogsRenewalWithinItsContext(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
+	watchingBreaks(t, c, DefaultPrefix, c.hub.id) // its SUBSCRIBE is not the renewal to hold up
 	g.armed.Store(true)
 	select {
 	case <-g.entered:
