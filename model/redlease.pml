@@ -563,7 +563,11 @@ inline release_lua(c) {
  * full TTL in the same step. Sets hv (1: taken up, 0: not) and hg. */
 inline resume_lua(c) {
   if
+#ifdef M_RESUME_NO_FENCE
+  :: kttl[R0] > 0 && kown[R0] == OWN(c) ->   /* variant: the owner only, not the fence */
+#else
   :: kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c] ->
+#endif
      S2_MUTATE(R0, OWN(c));
      kttl[R0] = T; hv = 1; GEN_(hg = kgen[R0]); WROTE;
      EV("@@ R0 resume.lua by owner %d, fence %d: held, PEXPIRE %d -> 1\n", OWN(c), fen[c], T)
