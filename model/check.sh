@@ -49,6 +49,15 @@ FCONF="-DFAULTS -DATTEMPTS=1 -DRENEWS=0"
 # Lease.Extend: one call of client 0, to the shorter TTL T2 (2 ticks; -DT2=4:
 # a longer one)
 EXT="-DEXTENDS=1"
+# Client.Resume of client 0's token by a third lease holder, then Handoff
+# (one attempt for client 0, no R1; the properties of time and of the
+# resource: resume draws no fence)
+RES="-DRESUME -DATTEMPTS=1 -DOTHER=0"
+RESP="-DCHK_S2 -DCHK_S3 -DCHK_S4 -DCHK_S5 -DCHK_LX -DCHK_HELD -DCHK_REXCL"
+# ... smaller: no renewals, one Resume attempt (for the mutants and with Break)
+RESM="$RES -DRENEWS=0 -DRENEWS2=0 -DRTRIES=1"
+# an operator's Client.Break and its message to the holders' Clients
+BRK="-DBREAKS=1"
 
 # name | expectation | spin -D flags
 #   pass       a full search finds no error
@@ -58,6 +67,9 @@ verify_runs=(
   "plain|pass|-DINCR_MIX $EXT $ALL"
   "dups|pass|-DINCR_MIX -DDUPS=1 -DATTEMPTS=1 $EXT $ALL"
   "extend-longer|pass|-DINCR_MIX $EXT -DT2=4 -DCHK_S3 -DCHK_S4 -DCHK_LX -DCHK_HELD"
+  "resume|pass|$RES $RESP"
+  "break|pass|$BRK $ALL -DCHK_BRK"
+  "resume-break|pass|$RES -DRENEWS=0 -DRTRIES=1 $BRK $RESP -DCHK_BRK"
   "witness-retry-same-fence|fail:W1|-DWITNESS=1"
   "witness-stale-write-refused|fail:W2|-DWITNESS=2"
   "witness-retried-release|fail:W3|-DWITNESS=3"
@@ -71,6 +83,11 @@ verify_runs=(
   "witness-renewal-after-context-end|fail:W11|-DWITNESS=11"
   "witness-extend-shortens-deadline|fail:W12|$EXT -DWITNESS=12"
   "witness-renewal-with-new-ttl|fail:W13|$EXT -DWITNESS=13"
+  "witness-break-ends-context|fail:W14|$BRK -DWITNESS=14"
+  "witness-break-other-fence-ignored|fail:W15|$BRK -DWITNESS=15"
+  "witness-resumed-shared|fail:W16|$RES -DWITNESS=16"
+  "witness-resumer-renews|fail:W17|$RES -DWITNESS=17"
+  "witness-break-ends-resumer|fail:W18|$RESM $BRK -DWITNESS=18"
 )
 mutant_runs=(
   "mutant-plain-del|fail:S2|-DM_PLAIN_DEL -DCHK_S2"
@@ -85,9 +102,16 @@ mutant_runs=(
   "mutant-incr-outside-no-start-check|fail:RORDER|-DM_INCR_OUTSIDE -DM_NO_START_CHECK -DCHK_RORDER"
   "mutant-extend-no-retime|fail:S3|$EXT -DM_EXTEND_NO_RETIME -DCHK_S3"
   "mutant-extend-unserialized|fail:S3|$EXT -DT2=4 -DM_EXTEND_UNSERIALIZED -DCHK_S3"
+  "mutant-resume-reply-deadline|fail:S3|$RES -DM_RESUME_REPLY_DEADLINE -DCHK_S3"
+  "mutant-resume-recreate|fail:S1R|$RES -DM_RESUME_RECREATE -DCHK_S1R"
+  "mutant-resume-no-owner|fail:LX|$RESM -DM_RESUME_NO_OWNER -DCHK_LX"
+  "mutant-break-key-only|fail:BRK|$BRK -DM_BREAK_KEY_ONLY -DCHK_BRK"
+  "mutant-break-no-fence|fail:BRK|$BRK -DM_BREAK_NO_FENCE -DCHK_BRK"
   "nongoal-faults-s1|fail:S1|$FCONF -DCHK_S1"
   "nongoal-faults-lx|fail:LX|$FCONF -DCHK_LX"
   "nongoal-restart-rorder|fail:RORDER|$FCONF -DFAILOVERS=0 -DCHK_RORDER"
+  "nongoal-resume-shared-lx|fail:LX|$RESM -DSHARE -DCHK_LX"
+  "nongoal-break-lx|fail:LX|$BRK -DBRK_STRICT -DCHK_LX"
   "observe-failover-keeps-rorder|pass|$FCONF -DRESTARTS=0 -DCHK_RORDER"
   "observe-incr-outside-client-level|pass|-DM_INCR_OUTSIDE -DCHK_S1 -DCHK_LX -DCHK_RORDER"
 )
@@ -114,7 +138,7 @@ run_one() {
     # A full search is worth gcc's -O2 (9 s to compile, twice as fast to
     # run); a search that stops at a counterexample is not.
     local opt=-O0
-    case $name in plain|dups|faults|extend-longer) opt=-O2 ;; esac
+    case $name in plain|dups|faults|extend-longer|resume|break|resume-break) opt=-O2 ;; esac
     # shellcheck disable=SC2086
     if ! gcc $opt -w -DSAFETY ${MODEL_CFLAGS:-} -o pan pan.c >gcc.out 2>&1; then
       echo "FAIL $name: gcc failed: $(head -c 300 gcc.out)"; exit

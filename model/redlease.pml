@@ -7,7 +7,7 @@
  * function it stands for; those places name this file back.
  *
  * Compile-time switches (check.sh passes them to spin -a):
- *   CHK_<P>        check property P: S1 S1R S2 S3 S4 S5 LX HELD RORDER REXCL
+ *   CHK_<P>        check property P: S1 S1R S2 S3 S4 S5 LX HELD RORDER REXCL BRK
  *   FAULTS         a restart without persistence and a failover that loses
  *                  the last INCR (RESTARTS, FAILOVERS: how many; 1 each),
  *                  and AdvanceFence after a refused write
@@ -20,6 +20,18 @@
  *   EXTENDS=n      Lease.Extend calls of client 0 (default 0; client 1: 0),
  *                  each to the second TTL T2 (default 2, shorter than T)
  *   OTHER=n        acquisitions of R1 by the third client (default 1)
+ *   RESUME         a third lease holder (lease object 2, in another process)
+ *                  takes up client 0's lease by its token (Client.Resume),
+ *                  up to RTRIES=n attempts (default 2), RENEWS2=n renewals
+ *                  (default 1); client 0 then hands off (Lease.Handoff)
+ *   SHARE          with RESUME: client 0 may also Release instead of handing
+ *                  off, and the resumer release while client 0 is live (the
+ *                  documented misuse "shared, not moved"; a non-goal)
+ *   BREAKS=n       an operator's Client.Break of R0's lease, n times (default
+ *                  0), and its notification (break.lua's PUBLISH) to the
+ *                  holders' Clients, delivered at any later moment or never
+ *   BRK_STRICT     with BREAKS: LX, HELD and S3 do not exempt a broken lease
+ *                  (a non-goal: Break is documented to break them)
  *   M_<mutation>   a deliberately broken protocol (see check.sh -mutants)
  *   WITNESS=n      stop at reachable situation n: a test of the model itself
  *
@@ -32,6 +44,12 @@
 /* ------------------------------------------------------------------ sizes */
 
 #define NC    2          /* clients 0 and 1, who contend for R0 */
+#ifdef RESUME
+#define NL    3          /* lease holders: the clients, and 2 (RC), client 0's resumer */
+#else
+#define NL    2
+#endif
+#define RC    2          /* the resumer: Client.Resume of client 0's token, elsewhere */
 #define NR    2          /* R0, and R1 in the same hash slot: one fence counter (issue 14) */
 #define R0    0
 #define R1    1
@@ -82,20 +100,31 @@
 #ifndef WITNESS
 #define WITNESS 0
 #endif
+#ifndef RTRIES
+#define RTRIES 2
+#endif
+#ifndef RENEWS2
+#define RENEWS2 1
+#endif
+#ifndef BREAKS
+#define BREAKS 0
+#endif
 #define ATTEMPTS_OF(c) ((c) == 0 -> ATTEMPTS : ATTEMPTS1)
-#define RENEWS_OF(c) ((c) == 0 -> RENEWS : RENEWS1)
+#define RENEWS_OF(c) ((c) == 0 -> RENEWS : RENEWS1 + ((c) / NC) * (RENEWS2 - RENEWS1))
 #define EXTENDS_OF(c) ((c) == 0 -> EXTENDS : 0)
 /* the renewal slots: the watchdog's and Refresh's, and Extend's. Lease.renewing
  * serializes them, so they are one slot (c); mutant M_EXTEND_UNSERIALIZED
- * gives Extend a slot of its own (c + NC), in flight beside the watchdog's */
+ * gives Extend a slot of its own (c + NL), in flight beside the watchdog's */
 #ifdef M_EXTEND_UNSERIALIZED
-#define NS    (2 * NC)
-#define XS(c) ((c) + NC)
+#define NS    (2 * NL)
+#define XS(c) ((c) + NL)
 #else
-#define NS    NC
+#define NS    NL
 #define XS(c) (c)
 #endif
-#define OWN(c)  ((c) + 1)    /* the owner token of client c's acquisition; 3: R1's holder */
+/* the owner token of client c's acquisition (3: R1's holder); the resumer's
+ * is client 0's, from the token */
+#define OWN(c)  ((c) + 1 - 2 * ((c) / NC))   /* 1, 2; RC: 1 */
 #define PEER(c) (1 - (c))
 #define BIT(n)  (1 << (n))
 
@@ -115,6 +144,7 @@
 #define KADV   3         /* advance.lua, from Client.AdvanceFence */
 #define KINCR  4         /* mutant M_INCR_OUTSIDE: a plain INCR after the SET NX */
 #define KLEAVE 5         /* release.lua, from acquisition.leave (nobody waits for it) */
+#define KRES   6         /* resume.lua, from Client.Resume */
 #define EMPTY   0
 #define SENT    1        /* go-redis will send it (again): it runs later (Net) */
 #define REPLY   2        /* it ran; the reply is on its way back */
@@ -124,39 +154,46 @@
 
 /* ------------------------------------------------------------- the clients */
 
-byte st[NC];             /* lease state */
-byte fen[NC];            /* Lease.fence */
-byte dl[NC];             /* ticks left until the latest firing of the local deadline */
-byte acqAge[NC];         /* ticks since the awaited acquire attempt was sent */
+byte st[NL];             /* lease state */
+byte fen[NL];            /* Lease.fence */
+byte dl[NL];             /* ticks left until the latest firing of the local deadline */
+byte acqAge[NL];         /* ticks since the awaited acquire attempt was sent */
 byte renAge[NS];         /* ticks since the renewal in flight was sent ('sent') */
-byte tries[NC];          /* attempts made (ATTEMPTS) */
-byte renews[NC];         /* renewals made (RENEWS) */
-byte exts[NC];           /* Extend calls made (EXTENDS) */
-bool cur2[NC];           /* the lease's TTL is T2 (Lease.tm, stored by retime) */
-bool unk[NC];            /* an attempt's outcome is unknown (waitFor's 'unknown') */
-byte refused[NC];        /* FAULTS: a refusal's Newest, for AdvanceFence */
+byte tries[NL];          /* attempts made (ATTEMPTS) */
+byte renews[NL];         /* renewals made (RENEWS) */
+byte exts[NL];           /* Extend calls made (EXTENDS) */
+bool cur2[NL];           /* the lease's TTL is T2 (Lease.tm, stored by retime) */
+bool unk[NL];            /* an attempt's outcome is unknown (waitFor's 'unknown') */
+byte refused[NL];        /* FAULTS: a refusal's Newest, for AdvanceFence */
 
 /* client c's call in flight (an acquire attempt, a release, AdvanceFence) */
-byte mk[NC];             /* its request */
-byte ms[NC];             /* its state */
-byte ma[NC];             /* its argument: AdvanceFence's atLeast; KINCR's grant (ghost) */
-byte mv[NC];             /* the reply: a fence, or 0 (busy); release: 1 or 0 */
-byte mg[NC];             /* ghost: the grant the reply is about */
+byte mk[NL];             /* its request */
+byte ms[NL];             /* its state */
+byte ma[NL];             /* its argument: AdvanceFence's atLeast; KINCR's grant (ghost) */
+byte mv[NL];             /* the reply: a fence, or 0 (busy); release: 1 or 0 */
+byte mg[NL];             /* ghost: the grant the reply is about */
 /* ... and the renewal in flight, per slot (NS) */
 byte rs[NS];
 byte rv[NS];             /* its reply: 1 or 0 */
 bool rk2[NS];            /* it asks for T2 (refreshCall's ttlArg) */
 byte dups = DUPS;
+byte tokf;               /* RESUME: client 0's Lease.Token, passed on: its fence (0: not yet) */
+#if BREAKS > 0
+byte breaks = BREAKS;
+byte bo, bf;             /* the Break's message '<owner>:<fence>:<R0's lease key>' */
+byte bpend;              /* the Clients it is still on its way to: BIT(0) clients 0 and 1
+                            (one Client), BIT(1) the resumer's (it watches client 0's channel) */
+#endif
 
 /* ghosts: read by the properties only */
-byte gen[NC];            /* the grant (count of leases Redis created for R0) of c's lease */
-byte crem[NC];           /* S3: 1 + ticks left of the lifetime (of the TTL it asked for)
+byte gen[NL];            /* the grant (count of leases Redis created for R0) of c's lease */
+byte crem[NL];           /* S3: 1 + ticks left of the lifetime (of the TTL it asked for)
                             since the send of the last confirmed acquire or renew that
                             moved the deadline; 0: past */
-byte rrem[NC];           /* S3: the same since Redis last set the lease's TTL (the run
+byte rrem[NL];           /* S3: the same since Redis last set the lease's TTL (the run
                             of an acquire, at its send, or of a renew), confirmed or not */
-byte began[NC];          /* the peer's fence if it was handed out before c began, else 0 */
-bool delown[NC];         /* a Release of c's deleted c's own lease (for its verdict) */
+byte began[NL];          /* the peer's fence if it was handed out before c began, else 0 */
+bool delown[NL];         /* a Release of c's deleted c's own lease (for its verdict) */
 
 /* ------------------------------------------------------------------ Redis */
 
@@ -229,7 +266,7 @@ hidden byte hv, hg, hi, hf;   /* temporaries within one atomic step; not state *
  * never equal to a property, so the assertion is just cond). */
 mtype = { P_S1, P_S1R, P_S2, P_S3, P_S4, P_S5, P_LX, P_HELD, P_RORDER, P_REXCL,
           P_W1, P_W2, P_W3, P_W4, P_W5, P_W6, P_W7, P_W8, P_W9, P_W10, P_W11,
-          P_W12, P_W13 };
+          P_W12, P_W13, P_BRK, P_W14, P_W15, P_W16, P_W17, P_W18 };
 hidden mtype tag;
 #define CHECK(p, cond) assert((cond) || tag == p)
 #define WIT(n) CHECK(P_W##n, WITNESS != n)   /* a witness: the search stops there */
@@ -288,10 +325,39 @@ hidden mtype tag;
 #define REXCL_ACCEPT(o) skip
 #endif
 
+/* BROKEN(c): c's lease is the one an operator's Break removed. Break is
+ * documented to end exclusion for it (the next holder may start before
+ * the broken holder's context ends; only fences protect): LX, HELD and
+ * the Redis half of S3 exempt it, and the resource properties do not. */
+#if BREAKS > 0 && !defined(BRK_STRICT)
+#define BROKEN(c) (bo == OWN(c) && bf == fen[c])
+#else
+#define BROKEN(c) false
+#endif
 #define LIVE(c) (st[c] == ACTIVE)
-#define LX_OK   (!(LIVE(0) && LIVE(1)))
-#define HELD(c) (!LIVE(c) || (kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c]))
-#define S3B(c)  (!LIVE(c) || (crem[c] > 0 && rrem[c] > 0))
+/* BRK: a break message ends a lease context only when Redis no longer
+ * holds that context's lease (its owner with its fence): it never ends a
+ * lease that is still held, another lease of the Client's or of the owner */
+#ifdef CHK_BRK
+#define BRK_END(c) CHECK(P_BRK, !(kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c]))
+#else
+#define BRK_END(c) skip
+#endif
+#define LIVEX(c) (LIVE(c) && !BROKEN(c))
+/* LX: never two live contexts of different owners (the resumer shares
+ * client 0's owner: Resume shares a lease, it does not move it) */
+#ifdef RESUME
+#define LX_OK   (!(LIVEX(0) && LIVEX(1)) && !(LIVEX(1) && LIVEX(RC)))
+#else
+#define LX_OK   (!(LIVEX(0) && LIVEX(1)))
+#endif
+#define HELD(c) (!LIVEX(c) || (kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c]))
+#define S3B(c)  (!LIVE(c) || (crem[c] > 0 && (rrem[c] > 0 || BROKEN(c))))
+#ifdef RESUME
+#define ALL_(m) (m(0) && m(1) && m(RC))
+#else
+#define ALL_(m) (m(0) && m(1))
+#endif
 /* S3's bound for a send age ticks ago that asked for TTL T2 (two) or T */
 #define REM(two, age) ((age) <= LATE_OF(two) -> LATE_OF(two) - (age) + 1 : 0)
 
@@ -306,7 +372,7 @@ end:
 #endif
 #ifdef CHK_HELD
   /* HELD: a live lease context is backed by its lease in Redis, same fence */
-  :: atomic { !(HELD(0) && HELD(1)) -> CHECK(P_HELD, HELD(0) && HELD(1)) }
+  :: atomic { !ALL_(HELD) -> CHECK(P_HELD, ALL_(HELD)) }
 #endif
 #ifdef CHK_S3
   /* S3: a live context is at most LATE ticks (LATE2 for T2) past the send
@@ -314,7 +380,7 @@ end:
    * that send asked for on the client's clock; and at most as much past
    * the moment Redis last set its TTL, whether the reply came or not: it
    * ends a margin before Redis could hand the lease on */
-  :: atomic { !(S3B(0) && S3B(1)) -> CHECK(P_S3, S3B(0) && S3B(1)) }
+  :: atomic { !ALL_(S3B) -> CHECK(P_S3, ALL_(S3B)) }
 #endif
   od
 }
@@ -322,6 +388,11 @@ end:
 /* ------------------------------------------------------------ abstract time */
 
 #define NOTDUE(c) (st[c] != ACTIVE || dl[c] > 0)
+#ifdef RESUME
+#define ALLNOTDUE (NOTDUE(0) && NOTDUE(1) && NOTDUE(RC))
+#else
+#define ALLNOTDUE (NOTDUE(0) && NOTDUE(1))
+#endif
 
 /* abstracts: the passage of time. One tick for everyone: Redis expires the
  * lease (PX), the clients' monotonic clocks move on. A tick cannot pass a
@@ -334,7 +405,7 @@ active proctype Tick() {
 end:
   do
   :: d_step {
-       NOTDUE(0) && NOTDUE(1) ->
+       ALLNOTDUE ->
        EV("@@ tick\n");
        if
        :: kttl[R0] > 0 -> kttl[R0]--;
@@ -347,7 +418,7 @@ end:
        fi;
        hi = 0;
        do
-       :: hi < NC ->
+       :: hi < NL ->
           if
           :: st[hi] == ACTIVE -> dl[hi]--;
              S3_(if :: crem[hi] > 0 -> crem[hi]-- :: else -> skip fi;
@@ -487,6 +558,58 @@ inline release_lua(c) {
 #endif
 }
 
+/* abstracts: resume.lua, kind 'x' (Client.Resume): only while the token's
+ * owner holds the lease with the token's fence, and then PEXPIRE to the
+ * full TTL in the same step. Sets hv (1: taken up, 0: not) and hg. */
+inline resume_lua(c) {
+  if
+#ifdef M_RESUME_NO_FENCE
+  :: kttl[R0] > 0 && kown[R0] == OWN(c) ->   /* variant: the owner only, not the fence */
+#else
+  :: kttl[R0] > 0 && kown[R0] == OWN(c) && kfen[R0] == fen[c] ->
+#endif
+     S2_MUTATE(R0, OWN(c));
+     kttl[R0] = T; hv = 1; GEN_(hg = kgen[R0]); WROTE;
+     EV("@@ R0 resume.lua by owner %d, fence %d: held, PEXPIRE %d -> 1\n", OWN(c), fen[c], T)
+#ifdef M_RESUME_RECREATE
+  :: kttl[R0] == 0 ->
+     /* mutant: SET the lease again when it is gone (no check that it
+      * exists): an expired or released lease comes back with its old fence */
+     kown[R0] = OWN(c); kfen[R0] = fen[c]; kttl[R0] = T; hv = 1; WROTE;
+     GEN_(grants[R0]++; kgen[R0] = grants[R0]; hg = grants[R0]);
+     S1R_DRAW(R0, fen[c], grants[R0]);
+     EV("@@ R0 resume.lua by owner %d: gone, SET again with fence %d\n", OWN(c), fen[c])
+#endif
+#ifdef M_RESUME_NO_OWNER
+  :: kttl[R0] > 0 && kown[R0] != OWN(c) ->
+     /* mutant: PEXPIRE whatever lease is there, without comparing owners */
+     kttl[R0] = T; hv = 1; GEN_(hg = kgen[R0]); WROTE;
+     EV("@@ R0 resume.lua by owner %d: owner %d's lease, PEXPIRE anyway -> 1\n", OWN(c), kown[R0])
+#endif
+  :: else -> hv = 0;
+     EV("@@ R0 resume.lua by owner %d, fence %d: not held -> 0\n", OWN(c), fen[c])
+  fi
+}
+
+#if BREAKS > 0
+/* abstracts: break.lua with fence 0 (Client.Break): DEL R0's lease,
+ * whoever holds it; the counter and the release marker untouched; PUBLISH
+ * '<owner>:<fence>:<lease key>' on the holder's Client's break channel.
+ * (A Break with a fence removes the lease only if it has that fence: a
+ * subset of these behaviours.) */
+inline break_lua() {
+  breaks--;
+  bo = kown[R0]; bf = kfen[R0];
+#ifdef RESUME
+  bpend = BIT(0) | BIT(1);
+#else
+  bpend = BIT(0);
+#endif
+  EV("@@ Break: R0's lease of owner %d, fence %d, removed; its holder's Client is told\n", bo, bf);
+  kttl[R0] = 0; kown[R0] = 0; kfen[R0] = 0; GEN_(kgen[R0] = 0); WROTE
+}
+#endif
+
 /* abstracts: advance.lua (the slot's counter to at least a, never back) */
 inline advance_lua(a) {
   if
@@ -512,6 +635,9 @@ inline run_req(c) {
   if
   :: mk[c] == KACQ -> acquire_lua(OWN(c), R0)
   :: mk[c] == KREL || mk[c] == KLEAVE -> release_lua(c)
+#ifdef RESUME
+  :: mk[c] == KRES -> resume_lua(c)
+#endif
 #ifdef FAULTS
   :: mk[c] == KADV -> advance_lua(ma[c])
 #endif
@@ -677,6 +803,35 @@ inline start(c) {
   acqAge[c] = 0
 }
 
+#ifdef RESUME
+/* abstracts: Client.takeUp -> Lease.start(sent): the resumed lease's first
+ * local deadline counts from the send time of the resume request; a reply
+ * after it is not handed out (discard: the lease stays in Redis, it is not
+ * this call's to release). hv: 1 if resume.lua took it up, hg: the grant. */
+inline resumed(c) {
+#ifdef M_RESUME_REPLY_DEADLINE
+  if
+  :: true ->                           /* mutant: the deadline counts from the reply */
+     dl[c] = LATE;
+#else
+  if
+  :: acqAge[c] < LATE ->
+     dl[c] = LATE - acqAge[c];
+#endif
+     st[c] = ACTIVE; GEN_(gen[c] = hg);
+     S3_(crem[c] = REM(0, acqAge[c]); rrem[c] = crem[c]);
+     EV("@@ c%d: resumed owner %d's lease, fence %d; its context ends within %d ticks\n", c, OWN(c), fen[c], dl[c]);
+     if :: LIVE(0) -> WIT(16) :: else -> skip fi   /* shared: both hold it */
+  :: else ->
+     st[c] = DISCARDED;
+     EV("@@ c%d: the resume reply came after the local deadline: not handed out\n", c)
+  fi;
+  acqAge[c] = 0
+}
+#define RESUME_SEND(c) EV("@@ c%d: Resume of owner %d's token, fence %d, attempt %d\n", c, OWN(c), tokf, tries[c] + 1); \
+  acqAge[c] = 0; tries[c]++; SEND(c, KRES, 0)
+#endif
+
 #define SEND(c, k, a) mk[c] = k; ma[c] = a; send(c)
 #define TAKE(c) hv = mv[c]; hg = mg[c]; ms[c] = EMPTY; mk[c] = 0; ma[c] = 0; mv[c] = 0; mg[c] = 0
 #define TIMEOUT(c) ms[c] = EMPTY; mk[c] = 0; ma[c] = 0
@@ -704,7 +859,18 @@ inline again(c) {
   fi
 }
 
+/* who may Release when: with RESUME (not SHARE), client 0 once it passed
+ * its token hands off instead, and the resumer releases once client 0's
+ * context has ended (hand off first: the lease is shared, not moved) */
+#define RELEASES(c) (((c) != 0 || tokf == 0) && ((c) != RC || st[0] != ACTIVE))
+
 proctype Client(byte c) {
+#ifdef RESUME
+  if
+  :: c == RC -> goto resume
+  :: else -> skip
+  fi;
+#endif
   /* abstracts: Client.Acquire / TryAcquire -> Client.acquire, newOwner:
    * one owner token for every attempt */
 acquire:
@@ -743,6 +909,38 @@ acquiring:
   :: st[c] == ACTIVE -> skip
   :: else -> goto end
   fi;
+#ifdef RESUME
+  goto hold;
+
+  /* abstracts: Client.Resume, in another process, of client 0's token
+   * (resource, owner, fence, TTL): the lease object RC */
+resume:
+end_token:
+  atomic { tokf > 0 -> st[c] = ACQ; fen[c] = tokf; RESUME_SEND(c) }
+resuming:
+  if
+  :: atomic { ms[c] == REPLY ->
+       TAKE(c);
+       if
+       :: hv > 0 -> resumed(c);
+          if :: st[c] == DISCARDED -> FINISH(c) :: else -> skip fi
+       :: else -> EV("@@ c%d: Resume: ErrLeaseLost\n", c); FINISH(c)
+       fi;
+       hv = 0; hg = 0 }
+  :: atomic { ms[c] == GONE ->
+       /* ErrOutcomeUnknown: Resume may be called again */
+       TIMEOUT(c);
+       if
+       :: tries[c] < RTRIES -> RESUME_SEND(c)
+       :: FINISH(c)
+       fi }
+  fi;
+  if
+  :: st[c] == ACQ -> goto resuming
+  :: st[c] == ACTIVE -> skip
+  :: else -> goto end
+  fi;
+#endif
 
   /* The holder's own code (beside this client's Watchdog and Timer). */
 hold:
@@ -753,13 +951,30 @@ hold:
        EV("@@ c%d: its context is live; it goes to write\n", c) }
 write:
      atomic { guard_write(c) }
+#ifdef RESUME
+  :: atomic { c == 0 && tokf == 0 && st[c] == ACTIVE ->   /* action token */
+       /* abstracts: Lease.Token, passed to another process (the resumer) */
+       tokf = fen[c];
+       EV("@@ c%d: passes its token on (fence %d)\n", c, tokf) }
+  :: atomic { c == 0 && tokf > 0 ->                  /* action handoff */
+       /* abstracts: Lease.Handoff: the context ends (ErrHandedOff) if it
+        * was live, the watchdog and the timer stop; nothing is sent, and a
+        * later Release does nothing */
+       EV("@@ c%d: Handoff: its context ends, the lease stays in Redis\n", c);
+       FINISH(c) };
+     goto end
+#endif
 #ifdef FAULTS
   :: atomic { refused[c] > 0 && ms[c] == EMPTY ->   /* action advance */
        /* abstracts: Client.AdvanceFence(resource, StaleFenceError.Newest) */
        EV("@@ c%d: AdvanceFence(R0, %d)\n", c, refused[c]);
        SEND(c, KADV, refused[c]); refused[c] = 0 }
 #endif
+#if defined(RESUME) && !defined(SHARE)
+  :: RELEASES(c) -> break
+#else
   :: break    /* Release, explicit or deferred: on every path, context ended or not */
+#endif
   od;
 
   /* abstracts: Lease.Release -> Lease.beginRelease: the context ends first
@@ -838,6 +1053,9 @@ inline wrenewed(wc, wj) {
      :: LATE_OF(cur2[wc]) > renAge[wj] && LATE_OF(cur2[wc]) - renAge[wj] > dl[wc] ->
         dl[wc] = LATE_OF(cur2[wc]) - renAge[wj]; S3_(crem[wc] = REM(rk2[wj], renAge[wj]));
         WIT(4)
+#ifdef RESUME
+        ; if :: wc == RC -> WIT(17) :: else -> skip fi   /* the resumer renews its lease */
+#endif
      :: else -> skip
      fi;
 #endif
@@ -898,6 +1116,50 @@ end:
   od
 }
 
+#if BREAKS > 0
+/* abstracts: Client.onBreak -> Client.endBroken, for the lease holder c:
+ * it ends c's lease with ErrLeaseLost (endLocked(stateLost)) if it is
+ * active and the message names its owner, fence and lease key (R0) */
+inline onbreak(c) {
+  if
+#if defined(M_BREAK_KEY_ONLY)
+  :: st[c] == ACTIVE ->                /* mutant: by the lease key only */
+#elif defined(M_BREAK_NO_FENCE)
+  :: st[c] == ACTIVE && OWN(c) == bo -> /* mutant: by owner and key, not the fence */
+#else
+  :: st[c] == ACTIVE && OWN(c) == bo && fen[c] == bf ->
+#endif
+     BRK_END(c);
+     st[c] = LOST; dl[c] = 0; S3_(crem[c] = 0; rrem[c] = 0);
+     WIT(14);
+     if :: c == RC -> WIT(18) :: else -> skip fi   /* the resumer's, on client 0's channel */
+     EV("@@ c%d: the break message: its context ends (lost)\n", c)
+  :: else ->
+     if :: st[c] == ACTIVE && OWN(c) == bo -> WIT(15) :: else -> skip fi   /* its owner, another fence */
+  fi
+}
+
+/* abstracts: an operator's Client.Break (break.lua) at any moment, and
+ * the message on each break channel: read by the Client at any later
+ * moment, or never (a lost message: the holder then finds out at its next
+ * renewal). Clients 0 and 1 are taken to be one Client, so that the match
+ * must tell their leases apart; the resumer's is another. */
+active proctype Operator() {
+end:
+  do
+  :: atomic { breaks > 0 && kttl[R0] > 0 -> break_lua() }
+  :: atomic { bpend & BIT(0) -> bpend = bpend & ~BIT(0);
+       EV("@@ the Client of c0 and c1 reads the break message (owner %d, fence %d)\n", bo, bf);
+       onbreak(0); onbreak(1) }
+#ifdef RESUME
+  :: atomic { bpend & BIT(1) -> bpend = bpend & ~BIT(1);
+       EV("@@ the resumer's Client reads the break message (owner %d, fence %d)\n", bo, bf);
+       onbreak(RC) }
+#endif
+  od
+}
+#endif
+
 /* abstracts: Lease.onDeadline, the timer that Lease.start sets and
  * extendLocked moves. It fires in the window that the clock-rate error
  * allows; Tick does not let time pass the window's end. */
@@ -914,6 +1176,9 @@ init {
   atomic {
     run Client(0); run Watchdog(0); run Timer(0);
     run Client(1); run Watchdog(1); run Timer(1);
+#ifdef RESUME
+    run Client(RC); run Watchdog(RC); run Timer(RC);
+#endif
 #if DUPS > 0
     run Net(0); run Net(1)
 #endif
