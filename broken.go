@@ -92,6 +92,8 @@ func parseBroken(payload string) (key, owner string, fence int64, ok bool) {
 
 // endBroken ends the Client's lease of lease key key with owner and fence,
 // if it holds one, with ErrLeaseLost: Break removed it from Redis.
+//
+// Model: model/redlease.pml, inline onbreak.
 func (c *Client) endBroken(key, owner string, fence int64) {
 	c.mu.Lock()
 	var found []*Lease

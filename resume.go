@@ -54,6 +54,8 @@ import (
 //
 // A renewal of the lease is an EventRenew to the observers; Resume is one
 // too, whatever its outcome, once its request was made.
+//
+// Model: model/redlease.pml, proctype Client (the resumer), inline resumed.
 func (c *Client) Resume(ctx context.Context, t Token, opts ...LeaseOption) (*Lease, error) {
 	if err := c.usable(); err != nil {
 		return nil, err

@@ -1,5 +1,6 @@
 -- break: an operator's forced release, of any kind of lease. (queue.lua is
 -- inserted at the line '--#queue'.) Go: Client.breakLease in admin.go.
+-- Model: model/redlease.pml, inline break_lua (fence 0, an exclusive lease); a change here is a change there (docs/MODEL.md).
 --
 -- KEYS[1..10] as inspect.lua's
 -- ARGV[1]  the fence of the lease to remove, in decimal; '0' for any (every

@@ -4,6 +4,7 @@
 -- unrenewed between the check and the renewal. (queue.lua is inserted at
 -- '--#queue', for its clock, grow and mark.)
 -- Go: Client.Resume in resume.go.
+-- Model: model/redlease.pml, inline resume_lua; a change here is a change there (docs/MODEL.md).
 --
 -- KEYS[1] lease    <prefix>{<resource>}:lease     an exclusive lease "<owner>:<fence>[:<holder>]",
 --                  or the name's kind (see queue.lua)
