@@ -85,7 +85,9 @@ func TestRunCtrlZStopsTheCommandAndEndsItIfTheLeaseWentMeanwhile(t *testing.T) {
 	t.Parallel()
 	mr, url, other := testRedis(t)
 	dir := t.TempDir()
-	cmd, _, errOut := redleaseProcess(t, "run", "-redis", url, "-ttl", "1s", "-grace", "5s", "tstp", "--",
+	// TTL 3 s: on a loaded machine a first acquire may take longer than a
+	// 1 s TTL's local lifetime, and the command would never start.
+	cmd, _, errOut := redleaseProcess(t, "run", "-redis", url, "-ttl", "3s", "-grace", "5s", "tstp", "--",
 		"sh", "-c", heartbeat, "sh", dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -103,14 +105,14 @@ func TestRunCtrlZStopsTheCommandAndEndsItIfTheLeaseWentMeanwhile(t *testing.T) {
 	if _, ok := procState(os.Getpid()); ok {
 		waitFor("redlease stopped", func() bool { s, _ := procState(cmd.Process.Pid); return s == 'T' })
 	}
-	// The lease's local deadline is 0.89 s after its last renewal: by the
+	// The lease's local deadline is 2.67 s after its last renewal: by the
 	// time the heartbeat is seen stalled, COMMAND may be gone already.
 	waitFor("the command killed at the lease's local deadline", func() bool { return processGone(pgid) })
 
 	// Stopped longer than the TTL: the local deadline has passed, and Redis
 	// (whose clock miniredis moves by hand) lets another owner in.
 	time.Sleep(1500 * time.Millisecond)
-	mr.FastForward(2 * time.Second)
+	mr.FastForward(4 * time.Second)
 	l, err := other.TryAcquire(t.Context(), "tstp")
 	if err != nil {
 		t.Fatalf("another owner could not take the lease of a stopped redlease: %v", err)
