@@ -35,10 +35,15 @@ func TestIntegrationReplicaAck(t *testing.T) {
 		_, err = c.TryAcquire(ctx, "r")
 		require.ErrorIs(t, err, redlease.ErrNotAcquired)
 		require.ErrorIs(t, err, redlease.ErrNotReplicated)
-		servertest.WaitFor(t, 5*time.Second, func() bool { return rdb.Exists(ctx, "redlease:{r}:lease").Val() == 0 }) // released in the background
+		// Released in the background: after the acquire's WAIT (500 ms),
+		// which a client library may queue the release behind, on a loaded
+		// machine too. 20 s, against the TTL's 30: a lease left behind
+		// still fails.
+		released := func() bool { return rdb.Exists(ctx, "redlease:{r}:lease").Val() == 0 }
+		servertest.WaitFor(t, 20*time.Second, released)
 		_, err = c.Acquire(ctx, "r", redlease.WithMaxWait(time.Second))
 		require.ErrorIs(t, err, redlease.ErrNotReplicated, "a waiting acquire fails as clearly")
-		servertest.WaitFor(t, 5*time.Second, func() bool { return rdb.Exists(ctx, "redlease:{r}:lease").Val() == 0 })
+		servertest.WaitFor(t, 20*time.Second, released)
 
 		// Without the option the same master grants it.
 		l, err = e.client().TryAcquire(ctx, "r")
