@@ -177,9 +177,12 @@ func TestIntegrationWaitThatMeetsAnOutageSaysSoOnce(t *testing.T) {
 		// The log names the error: the refused dial, where the library dials
 		// again at once (go-redis checks a pooled connection before it uses
 		// it), or the connection that the server's end broke (rueidis and
-		// valkey-go find that out by using it).
+		// valkey-go find that out by using it: EOF, or on a loaded machine,
+		// where the write may come after the server's end closed, a reset or
+		// a broken pipe).
 		require.Contains(t, out, outage.Error())
-		require.True(t, errors.Is(outage, syscall.ECONNREFUSED) || errors.Is(outage, io.EOF), "%v", outage)
+		require.True(t, errors.Is(outage, syscall.ECONNREFUSED) || errors.Is(outage, io.EOF) ||
+			errors.Is(outage, syscall.ECONNRESET) || errors.Is(outage, syscall.EPIPE), "%v", outage)
 	})
 }
 

@@ -133,9 +133,9 @@ while :; do wait; done`, 4, false},
 			if w.expired.IsZero() {
 				t.Fatalf("the lease did not expire in Redis within 10 s of the kill: %v", w.err)
 			}
-			if w.empty.IsZero() || w.empty.After(w.held) {
-				t.Fatalf("the lease expired in Redis %v after the kill while the command's group still ran: %v; stderr:\n%s",
-					w.expired.Sub(t0), groupMembers(pgid), stderr)
+			if w.empty.IsZero() || w.alive.After(w.gone) {
+				t.Fatalf("the lease expired in Redis %v after the kill while the command's group still ran (seen running %v after the kill): %v; stderr:\n%s",
+					w.expired.Sub(t0), w.alive.Sub(t0), groupMembers(pgid), stderr)
 			}
 			late := runSecond(t, srv.URL(), resource, pgid)
 			if early.code != exitBusy || late.code != 0 || late.stdout != "alone\n" {
@@ -157,35 +157,46 @@ while :; do wait; done`, 4, false},
 // watched lease key first seen gone.
 type expiry struct {
 	// empty is when the group was seen empty (it was gone by then), expired
-	// when the key was seen gone, and held a moment before which Redis
-	// cannot have let the key go: the latest send time of a PTTL plus the
-	// time it had left.
-	empty, expired, held time.Time
-	err                  error
+	// when the key was seen gone. alive is a moment at which the group
+	// still ran: the latest start of a look that found a member. gone is a
+	// moment by which Redis had let the key go: the reply time of the last
+	// PTTL that found it plus the time it had left (no renewal follows the
+	// kill).
+	empty, expired, alive, gone time.Time
+	err                         error
 }
 
 // watchExpiry polls every 2 ms, for at most limit, until key has gone from
-// Redis, noting when process group pgid was first empty. The order of the
-// two is judged by the key's time left, not by which poll saw what first:
-// on a loaded machine a poll may be descheduled between its two looks.
+// Redis, noting when process group pgid was last seen running and first
+// empty. The order of the group's end and the key's is judged by bounds
+// that hold whenever the goroutine runs (alive and gone), not by which
+// poll saw what first: on a loaded machine a poll may be descheduled
+// between its two looks, or a PTTL answered late.
 func watchExpiry(rdb redis.Cmdable, key string, pgid int, limit time.Duration) <-chan expiry {
 	out := make(chan expiry, 1)
 	go func() {
 		var e expiry
 		defer func() { out <- e }()
 		for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-			if e.empty.IsZero() && groupGone(pgid) {
-				e.empty = time.Now()
+			if e.empty.IsZero() {
+				look := time.Now()
+				if groupGone(pgid) {
+					e.empty = time.Now()
+				} else {
+					e.alive = look
+				}
 			}
-			sent := time.Now()
 			left, err := rdb.PTTL(context.Background(), key).Result()
 			switch e.err = err; {
 			case err != nil:
 			case left == -2*time.Nanosecond || left == -2*time.Millisecond || left == -2: // go-redis: no such key
 				e.expired = time.Now()
+				if e.gone.IsZero() {
+					e.gone = e.expired
+				}
 				return
-			case left > 0 && sent.Add(left).After(e.held):
-				e.held = sent.Add(left)
+			case left > 0:
+				e.gone = time.Now().Add(left)
 			}
 		}
 	}()
