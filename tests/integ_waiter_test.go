@@ -305,6 +305,15 @@ func TestIntegrationLostReplies(t *testing.T) {
 				e := e.in(t)
 				c := e.clientAt(proxy.Addr(), noRetry, redlease.WithAutoRenew(false), redlease.WithTTL(time.Minute))
 				integWarm(t, c) // the acquire below is sent without asking first whether Redis answers
+				// A lease held throughout keeps the Client's break channel
+				// subscribed, through the proxy on a connection of its own
+				// with go-redis: subscribed before the first loss, its
+				// handshake replies cannot take the losses meant for the
+				// requests below.
+				keep, err := c.TryAcquire(ctx, fmt.Sprint("keep-", noRetry))
+				require.NoError(t, err)
+				defer func() { require.NoError(t, keep.Release(ctx)) }()
+				integWatchingBreaks(t, prefixOwner(redlease.DefaultPrefix, keep), e.rdb)
 				for _, name := range []string{"acquire.lua", "refresh.lua", "release.lua"} {
 					// The reply lost is the script's, not a NOSCRIPT error's.
 					require.NoError(t, e.rdb.ScriptLoad(ctx, wire.Named(name).Source()).Err())
