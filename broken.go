@@ -132,3 +132,42 @@ func (c *Client) endBrokenHere(key string, st Status, fence int64) {
 		}
 	}
 }
+
+// The hub's side: the break channels it keeps subscribed (see hub).
+
+// holding is the waiter of a break channel that the Client watches.
+const holding = ""
+
+// watch keeps the break channel subscribed, with onMessage as the handler
+// of its messages, until unwatch (and linger more). It subscribes on a
+// goroutine of the hub's and does not wait for it: a message published
+// before Redis confirms the subscription is lost. A subscribe that fails
+// is tried again at the next watch.
+func (h *hub) watch(channel string, onMessage func(payload string)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if isClosed(h.closed) {
+		return
+	}
+	ch := h.chans[channel]
+	if ch == nil {
+		ch = &wakeChannel{waiters: map[string]chan struct{}{}, classic: true, onMessage: onMessage}
+		h.chans[channel] = ch
+	}
+	if ch.idle != nil {
+		ch.idle.Stop()
+		ch.idle = nil
+	}
+	ch.waiters[holding] = nil
+	h.startSubscribeLocked(channel, ch)
+}
+
+// unwatch ends a watch: the break channel stays subscribed for linger.
+func (h *hub) unwatch(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ch := h.chans[channel]; ch != nil {
+		delete(ch.waiters, holding)
+		h.leftLocked(channel, ch)
+	}
+}

@@ -142,14 +142,8 @@ if other then
   -- Free, but promised: wake the preferred campaigner if it waits, and
   -- stay away for as long as the handover lasts.
   local m = redis.call('HGET', handover, 'member')
-  local to, client = string.match(m or '', '^(.*)/([^/]*)$')
-  if to then
-    local ch = string.sub(lease, 1, -#'lease' - 1) .. 'wake:' .. client
-    if ARGV[6] == '1' then
-      redis.pcall('SPUBLISH', ch, to)
-    else
-      redis.call('PUBLISH', ch, to)
-    end
+  if m then
+    wake_member(m, string.sub(lease, 1, -#'lease' - 1) .. 'wake', ARGV[6])
   end
   return busy(redis.call('PTTL', handover))
 end

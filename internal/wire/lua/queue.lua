@@ -59,25 +59,30 @@ local function enqueue(queue, alive, owner, timeout)
   redis.call('PEXPIRE', alive, timeout)
 end
 
--- wake tells the first live waiter that the lease is free: it publishes the
--- waiter's owner token on <channel>:<client id>, the channel of the waiter's
--- client only. sharded is '1' on Redis Cluster, where the channel is a shard
--- channel of the resource's slot; SPUBLISH needs Redis 7, and an older
--- cluster gets no wake-up (waiters then retry on their timers).
+-- wake_member tells the waiter whose queue member is member that the
+-- lease is free: its owner token on <channel>:<client id>, the channel of
+-- its client only. sharded is '1' on Redis Cluster, where the channel is a
+-- shard channel of the resource's slot; SPUBLISH needs Redis 7, and an
+-- older cluster gets no wake-up (waiters then retry on their timers).
+local function wake_member(member, channel, sharded)
+  local owner, client = string.match(member, '^(.*)/([^/]*)$')
+  if owner then
+    channel = channel .. ':' .. client
+  else
+    owner = member
+  end
+  if sharded == '1' then
+    redis.pcall('SPUBLISH', channel, owner)
+  else
+    redis.call('PUBLISH', channel, owner)
+  end
+end
+
+-- wake tells the first live waiter that the lease is free (wake_member).
 local function wake(queue, alive, channel, sharded)
   local head = first(queue, alive)
   if head then
-    local owner, client = string.match(head, '^(.*)/([^/]*)$')
-    if owner then
-      channel = channel .. ':' .. client
-    else
-      owner = head
-    end
-    if sharded == '1' then
-      redis.pcall('SPUBLISH', channel, owner)
-    else
-      redis.call('PUBLISH', channel, owner)
-    end
+    wake_member(head, channel, sharded)
   end
 end
 
