@@ -31,8 +31,9 @@ type Status struct {
 	// Owner, Fence and Holder are the exclusive lease's owner token, fence
 	// and description (WithHolder), parsed from the lease value
 	// "<owner>:<fence>[:<holder>]". A lease value of another form (not
-	// written by redlease) is all in Owner, with Fence 0. The holders of
-	// shared leases are in Shared.
+	// written by redlease) is all in Owner, with Fence 0. Owner is "broken"
+	// while a lease that Break removed keeps the resource for its lock
+	// delay (WithLockDelay). The holders of shared leases are in Shared.
 	Owner  string
 	Fence  int64
 	Holder string
@@ -66,7 +67,7 @@ type Status struct {
 type SharedLease struct {
 	Kind      string        // "permit", "write" or "read"
 	Permit    int           // the permit, for kind "permit"
-	Owner     string        // its owner token
+	Owner     string        // its owner token; "broken" for a broken one kept for its lock delay (Break)
 	Fence     int64         // its fence
 	Holder    string        // its holder's description (WithHolder)
 	Remaining time.Duration // the time it has left
@@ -241,6 +242,16 @@ func (c *Client) scanBatch(ctx context.Context, cfg *config, keys []string, seen
 // already under way, and only a resource that checks fences keeps the two
 // apart. Use Break for a holder that is gone or stuck, not to hurry one
 // that is working.
+//
+// A lease taken WithLockDelay(d), of any kind, is broken, not removed: its
+// holder can no longer renew or release it, and it keeps the resource for d
+// (or for the time it had left, if less), as a lease that lapsed would;
+// waiters are woken and wait that out. Meanwhile Inspect shows it with the
+// owner "broken" (read leases: one reader "broken"), its fence and
+// description, and CheckFence refuses its fence. A second Break removes it
+// at once, for an operator who knows the holder has stopped. Redis keeps
+// the delay in the lease's value, so Break honours the holder's delay,
+// whatever the breaking Client's options.
 //
 // Each call that reaches Redis sends an EventBreak to the Client's observers
 // (WithObserver, WithLogger given to New); invalid input does not.

@@ -55,7 +55,9 @@ func TestElectionHandoverGoesToThePreferredCampaigner(t *testing.T) {
 	wonB := campaign(ctx, b, "host-b")
 	k.AwaitWaiters("cron", 1)
 	k.FastForward(time.Millisecond) // b arrived first
-	c := redlease.NewElection(k.NewClient(), "cron", redlease.WithFair(true))
+	// c's term has a lock delay, which acquire.lua gets after its value
+	// (wire.LeaseTail): the handover is to its value alone.
+	c := redlease.NewElection(k.NewClient(), "cron", redlease.WithFair(true), redlease.WithLockDelay(time.Second))
 	wonC := campaign(ctx, c, "host-c")
 	k.AwaitWaiters("cron", 2)
 

@@ -45,7 +45,8 @@ const MaxFence int64 = 1 << 53
 // It serves a resource that can reach Redis but cannot store a fence to
 // compare: before an action that cannot be undone, it asks whether the
 // caller's lease is still current. Every kind of lease counts: the
-// exclusive lease, a semaphore permit, the write lease or a read lease.
+// exclusive lease, a semaphore permit, the write lease or a read lease; a
+// lease that Break removed does not, also while its lock delay keeps it.
 //
 // The answer can be out of date by the time the caller acts on it: a lease
 // that holds now may lapse an instant later. A resource that can store the
@@ -64,11 +65,11 @@ func (c *Client) CheckFence(ctx context.Context, resource string, fence int64) e
 		return err
 	}
 	st := sts[0]
-	if st.Held && st.Fence == fence {
+	if st.Held && st.Fence == fence && st.Owner != wire.BrokenOwner {
 		return nil
 	}
 	for _, s := range st.Shared {
-		if s.Fence == fence {
+		if s.Fence == fence && s.Owner != wire.BrokenOwner {
 			return nil
 		}
 	}

@@ -54,12 +54,12 @@ func (a *acquisition) call() wire.Call {
 		return a.sharedCall()
 	}
 	if a.cfg.term && len(a.resources) == 1 {
-		return wire.Campaign(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.holder, a.c.conn.Sharded())
+		return wire.Campaign(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.leaseTail(), a.c.conn.Sharded())
 	}
 	if len(a.resources) == 1 {
-		return wire.Acquire(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.holder)
+		return wire.Acquire(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.leaseTail())
 	}
-	return wire.AcquireAll(a.names, a.owner, a.member, a.cfg.ttlArg, a.wait, a.sent, a.cfg.holder)
+	return wire.AcquireAll(a.names, a.owner, a.member, a.cfg.ttlArg, a.wait, a.sent, a.cfg.leaseTail())
 }
 
 // run sends the attempt's call c, with WAIT when WithReplicaAck asks.

@@ -257,8 +257,10 @@ func WithMaxHold(d time.Duration) LeaseOption { return forLease(func(c *config) 
 // It works by asking Redis to keep the lease TTL + d after every acquire
 // and renewal, while the holder's local deadline still counts from the TTL.
 // So Status.Remaining and a BusyError's time left include d, and waiters
-// wait it out. Client.Break, the operator's override, frees the resource at
-// once. d must be 0 (the default: none) or a whole number of milliseconds.
+// wait it out. Client.Break honours it too (Redis keeps d in the lease's
+// value): a broken lease keeps the resource for d from the break, and a
+// second Break frees it. d must be 0 (the default: none) or a whole number
+// of milliseconds.
 func WithLockDelay(d time.Duration) LeaseOption {
 	return forLease(func(c *config) { c.lockDelay = d })
 }
@@ -326,6 +328,10 @@ func (c *config) margin() time.Duration {
 func (c *config) lifetime() time.Duration {
 	return c.ttl - time.Duration(float64(c.ttl)*DriftFactor) - c.margin()
 }
+
+// leaseTail is the end of an exclusive lease's value: the holder's
+// description, and the lock delay for break.lua to honour.
+func (c *config) leaseTail() string { return wire.LeaseTail(c.holder, c.lockDelay.Milliseconds()) }
 
 func (c *config) interval() time.Duration {
 	if c.renewInterval == 0 {

@@ -163,12 +163,12 @@ func (a *acquisition) sharedCall() wire.Call {
 	k, sk := &a.names[0], a.sk
 	switch a.kind {
 	case kindPermit:
-		return wire.Semaphore(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.holder,
+		return wire.Semaphore(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.leaseTail(),
 			a.permits, a.c.conn.Sharded())
 	case kindRead:
-		return wire.Read(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.holder)
+		return wire.Read(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.leaseTail())
 	}
-	return wire.Write(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.holder)
+	return wire.Write(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.leaseTail())
 }
 
 // refreshCall is the lease's compare-and-renew call.

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -43,6 +44,94 @@ func TestIntegrationBreakReachesTheHolderAtOnce(t *testing.T) {
 		servertest.WaitDone(t, r.Context(), 5*time.Second)
 		require.ErrorIs(t, r.Release(ctx), redlease.ErrLeaseLost)
 	})
+}
+
+// A Break honours the holder's lock delay: the holder's context ends at
+// once, but nobody takes the resource until the delay has passed since
+// the break (a waiter gets it then); Redis keeps the broken lease, owned
+// by nobody, for the delay.
+func TestIntegrationBreakHonoursTheLockDelay(t *testing.T) {
+	eachIntegParallel(t, func(t *testing.T, e *integ) {
+		ctx := t.Context()
+		const delay = time.Second
+		holder, waiter, admin := e.client(redlease.WithTTL(30*time.Second)), e.client(), e.client()
+		l, err := holder.TryAcquire(ctx, "delayed", redlease.WithLockDelay(delay))
+		require.NoError(t, err)
+		integWatchingBreaks(t, prefixOwner(redlease.DefaultPrefix, l), e.rdb)
+		w := integWaiter(ctx, waiter, "delayed")
+		servertest.WaitFor(t, 10*time.Second, func() bool { return e.waiting("delayed") })
+
+		at := time.Now()
+		_, removed, err := admin.Break(ctx, "delayed", l.Fence())
+		require.NoError(t, err)
+		require.True(t, removed)
+		st, err := admin.Inspect(ctx, "delayed")
+		require.NoError(t, err)
+		require.Equal(t, "broken", st.Owner)
+		require.LessOrEqual(t, st.Remaining, delay)
+		servertest.WaitDone(t, l.Context(), 5*time.Second)
+		ended := time.Since(at)
+		got := servertest.Recv(t, w, 30*time.Second)
+		took := time.Since(at)
+		require.NoError(t, got.err)
+		t.Logf("%s/%s: TTL 30s, lock delay %v, Break at t: the holder's context ended at t + %v; the waiter got the lease at t + %v",
+			e.lib.name, e.kind, delay, ended.Round(100*time.Microsecond), took.Round(time.Millisecond))
+		require.ErrorIs(t, context.Cause(l.Context()), redlease.ErrLeaseLost)
+		require.GreaterOrEqual(t, took, delay, "nobody takes it before the delay has passed since the break")
+		require.Greater(t, got.l.Fence(), l.Fence())
+		require.ErrorIs(t, l.Release(ctx), redlease.ErrLeaseLost)
+		require.NoError(t, got.l.Release(ctx))
+
+		// The shared kinds: a broken permit, write lease or read lease
+		// keeps the resource (a read lease: from a writer) for the delay.
+		for _, kind := range []struct {
+			name       string
+			take, next func(r string, opts ...redlease.LeaseOption) (*redlease.Lease, error)
+		}{
+			{"permit", func(r string, o ...redlease.LeaseOption) (*redlease.Lease, error) {
+				return holder.TryAcquireSemaphore(ctx, r, 1, o...)
+			}, func(r string, o ...redlease.LeaseOption) (*redlease.Lease, error) {
+				return admin.TryAcquireSemaphore(ctx, r, 1, o...)
+			}},
+			{"write", func(r string, o ...redlease.LeaseOption) (*redlease.Lease, error) {
+				return holder.TryAcquireWrite(ctx, r, o...)
+			}, func(r string, o ...redlease.LeaseOption) (*redlease.Lease, error) {
+				return admin.TryAcquireWrite(ctx, r, o...)
+			}},
+			{"read", func(r string, o ...redlease.LeaseOption) (*redlease.Lease, error) {
+				return holder.TryAcquireRead(ctx, r, o...)
+			}, func(r string, o ...redlease.LeaseOption) (*redlease.Lease, error) {
+				return admin.TryAcquireWrite(ctx, r, o...)
+			}},
+		} {
+			r := "delayed-" + kind.name
+			l, err := kind.take(r, redlease.WithLockDelay(delay))
+			require.NoError(t, err)
+			at := time.Now()
+			_, removed, err := admin.Break(ctx, r, l.Fence())
+			require.NoError(t, err)
+			require.True(t, removed)
+			var n *redlease.Lease
+			servertest.WaitFor(t, 10*time.Second, func() bool {
+				n, err = kind.next(r)
+				require.NoError(t, ignoreBusy(err), kind.name)
+				return err == nil
+			})
+			took := time.Since(at)
+			require.GreaterOrEqual(t, took, delay, "%s: nobody takes it before the delay has passed since the break", kind.name)
+			require.Greater(t, n.Fence(), l.Fence())
+			require.ErrorIs(t, l.Release(ctx), redlease.ErrLeaseLost)
+			require.NoError(t, n.Release(ctx))
+		}
+	})
+}
+
+// ignoreBusy is err, or nil if it says that the lease is busy.
+func ignoreBusy(err error) error {
+	if errors.Is(err, redlease.ErrNotAcquired) {
+		return nil
+	}
+	return err
 }
 
 // prefixOwner is the break channel that tells the holder of l, under prefix.

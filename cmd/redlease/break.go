@@ -30,6 +30,11 @@ of it on its break channel; one that misses the message, at its next
 renewal, within TTL/3), but it may still be writing when the next holder
 starts. Only a resource that checks fences keeps them apart.
 
+A lease taken with a lock delay ('redlease run -lock-delay', WithLockDelay)
+keeps RESOURCE for its delay after the break, owned by "broken" in
+'redlease status', as after a lease that lapsed; break it again to free it
+at once. So do permits and read/write leases.
+
 Exits 0 if it removed something, 1 if there was nothing (or nothing with
 that fence). With -json it prints what it found as 'redlease status -json'
 does, as one object, with "removed": true or false, and "removed_leases",

@@ -194,10 +194,11 @@ func int64s(vals []any) ([]int64, bool) {
 	return out, true
 }
 
-// ParseLease splits a lease value, "<owner>:<fence>[:<holder>]", less the
-// NUL byte that marks a lease waited for (see lua/acquire.lua).
+// ParseLease splits a lease value, "<owner>:<fence>[:<holder>]", less what
+// follows a NUL byte: a lock delay (LeaseTail) and the mark of a lease
+// waited for (see lua/acquire.lua).
 func ParseLease(v string) (owner string, fence int64, holder string, ok bool) {
-	v = strings.TrimSuffix(v, "\x00")
+	v, _, _ = strings.Cut(v, "\x00")
 	owner, rest, found := strings.Cut(v, ":")
 	if !found || owner == "" {
 		return "", 0, "", false

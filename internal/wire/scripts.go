@@ -77,6 +77,21 @@ func Campaign(k *Keys, owner, member, ttl string, wait, fair, again bool, holder
 		owner, ttl, mode, member, holder, Flag(sharded))
 }
 
+// BrokenOwner is the owner of a lease that break.lua removed but keeps for
+// its lock delay: no owner token matches it.
+const BrokenOwner = "broken"
+
+// LeaseTail is the holder argument of acquire.lua and acquire_all.lua, which
+// ends the lease value: the holder's description and, for a lease with a
+// lock delay, a NUL byte and the delay in ms, which the value keeps for
+// break.lua (see lua/break.lua).
+func LeaseTail(holder string, lockDelayMs int64) string {
+	if lockDelayMs <= 0 {
+		return holder
+	}
+	return holder + "\x00" + Millis(lockDelayMs)
+}
+
 // acquireModes are acquire.lua's modes (its ARGV[3]), at the index that
 // Acquire computes from its flags.
 var acquireModes = func() (m [8]string) {

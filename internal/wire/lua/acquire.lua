@@ -3,7 +3,8 @@
 -- (queue.lua is inserted at the line '--#queue'.)
 -- Go: acquisition.attempt in grant.go.
 --
--- KEYS[1]  lease key    <prefix>{<resource>}:lease  "<owner>:<fence>[:<holder>]" with a TTL
+-- KEYS[1]  lease key    <prefix>{<resource>}:lease  "<owner>:<fence>[:<holder>]"
+--                       (and, after a NUL byte, its lock delay) with a TTL
 -- KEYS[2]  fence key    <prefix>{<t>}:fences        the fence counter of the resource's
 --                       hash slot (t hashes to it), never expires
 -- KEYS[3]  queue key    <prefix>{<resource>}:queue  (see queue.lua)
@@ -18,7 +19,10 @@
 --          or be queued): '3000', 'fa3000', 'a0'. One word for three,
 --          because every word of a call costs the server time to parse.
 -- ARGV[4]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
--- ARGV[5]  the holder's description; absent for none (a campaign sends it)
+-- ARGV[5]  the lease value's tail: the holder's description, then, for a
+--          lease with a lock delay (WithLockDelay), a NUL byte and the delay
+--          in ms, which break.lua honours; absent for none (a campaign sends
+--          it)
 -- KEYS[5]  handover key <prefix>{<resource>}:handover  an election's preferred
 --          next leader (see handover.lua); sent by a campaign only, absent
 --          for every other acquire
@@ -64,7 +68,7 @@ local queued = string.find(mode, 'a', 1, true) ~= nil
 local handover, other, preferred = KEYS[5], false, false
 if handover then
   local to = redis.call('HGET', handover, 'to')
-  preferred = to ~= false and to == (holder or '')
+  preferred = to ~= false and to == string.match(holder or '', '^[^%z]*')
   other = to ~= false and not preferred
 end
 

@@ -14,7 +14,7 @@
 -- ARGV[4]  '1' if this is not the acquire call's first attempt: the owner may
 --          hold the leases already (a lost reply), or be queued
 -- ARGV[5]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
--- ARGV[6]  the holder's description, '' for none
+-- ARGV[6]  the lease values' tail, as acquire.lua's ARGV[5]; '' for none
 --
 -- Returns {1, fence1, fence2, ...} when every lease is ours (newly taken, or
 -- already ours from an attempt whose reply was lost), each fence drawn from

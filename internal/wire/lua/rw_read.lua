@@ -12,7 +12,7 @@
 --                   the waiting readers, woken together by a writer's release
 -- KEYS[8] lease     <prefix>{<resource>}:lease     the name's kind (see queue.lua)
 -- ARGV[1] owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not wait)
--- ARGV[4] the owner's queue member   ARGV[5] holder description
+-- ARGV[4] the owner's queue member   ARGV[5] the value's tail (acquire.lua's ARGV[5])
 --
 -- Writers first: a reader is refused while a writer holds the lease or a
 -- live writer waits for it, so a stream of readers cannot starve a writer.
@@ -54,7 +54,7 @@ end
 
 local w = redis.call('GET', KEYS[1])
 if w then
-  return busy(redis.call('PTTL', KEYS[1]), 1, string.match(w, '^[^:]*:%d+:(.*)$'))
+  return busy(redis.call('PTTL', KEYS[1]), 1, string.match(w, '^[^:]*:%d+:([^%z]*)'))
 end
 if first(KEYS[5], KEYS[6]) then
   return busy(0, 0)

@@ -9,7 +9,7 @@
 -- ARGV[4] '1' for fair   ARGV[5] '1' if the owner may be queued (not, as in
 --         acquire.lua, 'not the first attempt': the write lease is checked
 --         for being ours on every attempt)
--- ARGV[6] the owner's queue member   ARGV[7] holder description
+-- ARGV[6] the owner's queue member   ARGV[7] the value's tail (acquire.lua's ARGV[5])
 --
 -- As acquire.lua, on the writer key, and busy while a reader's lease is
 -- unexpired: a waiting writer queues, which stops new readers (see
@@ -48,7 +48,7 @@ local function busy(pttl, holder)
 end
 
 if cur then
-  return busy(redis.call('PTTL', lease), string.match(cur, '^[^:]*:%d+:(.*)$'))
+  return busy(redis.call('PTTL', lease), string.match(cur, '^[^:]*:%d+:([^%z]*)'))
 end
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 if last[2] and tonumber(last[2]) > now_ms() then

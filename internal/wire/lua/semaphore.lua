@@ -14,7 +14,7 @@
 --                   mark while permits are held or waited for (see queue.lua)
 -- ARGV[1]  owner token   ARGV[2] TTL in ms   ARGV[3] waiter timeout in ms (0: do not queue)
 -- ARGV[4]  '1' for fair  ARGV[5] '1' if the owner may be queued
--- ARGV[6]  the owner's queue member   ARGV[7] holder description   ARGV[8] N
+-- ARGV[6]  the owner's queue member   ARGV[7] the value's tail (acquire.lua's ARGV[5])   ARGV[8] N
 -- ARGV[9]  wake channel <prefix>{<resource>}:wake   ARGV[10] '1' on Cluster
 --
 -- Finding a permit costs O(log N), whatever the number of expired holders:
