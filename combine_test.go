@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/wire"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -189,8 +190,11 @@ func TestCallsQueuedBehindRequestsInFlightGoOutInOnePipeline(t *testing.T) {
 	require.Equal(t, []int{4, 1}, []int{leases, busy})
 	sizes := h.pipelineSizes()
 	// Each call that met NOSCRIPT is sent again with its source on its own
-	// (internal/wire's one cache-miss path), and may queue again.
-	require.Equal(t, 5, sizes[0], "the five queued calls go out in one pipeline: %v", sizes)
+	// (internal/wire's one cache-miss path), and may queue again; the
+	// requests that were in flight are among them, before or after the
+	// batch, as the machine schedules them.
+	batch := slices.IndexFunc(sizes, func(n int) bool { return n > 1 })
+	require.True(t, batch >= 0 && sizes[batch] == 5, "the five queued calls go out in one pipeline: %v", sizes)
 	require.NoError(t, held.Release(ctx))
 }
 

@@ -161,9 +161,11 @@ func TestObserversMayCallTheLeaseAndTheClient(t *testing.T) {
 	c = New(rdb, WithObserver(obs))
 	defer c.Close(ctx)
 
-	renewed, err := c.TryAcquire(ctx, "renewed", WithTTL(300*time.Millisecond))
+	// TTL 2 s: the acquires' replies must come within the local lifetime,
+	// also on a loaded machine under -race.
+	renewed, err := c.TryAcquire(ctx, "renewed", WithTTL(2*time.Second))
 	require.NoError(t, err)
-	lapsed, err := c.TryAcquire(ctx, "lapsed", WithTTL(300*time.Millisecond), WithAutoRenew(false))
+	lapsed, err := c.TryAcquire(ctx, "lapsed", WithTTL(2*time.Second), WithAutoRenew(false))
 	require.NoError(t, err)
 	mu.Lock()
 	leases["renewed"], leases["lapsed"] = renewed, lapsed

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -258,7 +259,9 @@ func TestRunKillsLeftBehindProcessesWhenTheLeaseEnds(t *testing.T) {
 echo $! > "$1/pid"`
 	// -ttl 3s: a first acquire on a loaded machine may take longer than the
 	// 890 ms that a 1 s TTL leaves, and then the command never starts.
-	cmd, _, errOut := redleaseProcess(t, "run", "-redis", url, "-ttl", "3s", "-grace", "30s", "broken", "--", "sh", "-c", script, "sh", dir)
+	cmd, _, _ := redleaseProcess(t, "run", "-v", "-redis", url, "-ttl", "3s", "-grace", "30s", "broken", "--", "sh", "-c", script, "sh", dir)
+	errOut := &lockedBuffer{}
+	cmd.Stderr = errOut // read while redlease runs
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -267,10 +270,14 @@ echo $! > "$1/pid"`
 	pgid := readPid(t, filepath.Join(dir, "pgid"))
 	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }) // should the test fail
 	pid := readPid(t, filepath.Join(dir, "pid"))
-	// The command has exited once redlease has collected it; what it left
-	// behind has had SIGTERM then, and ignores it.
+	// The command has exited, and redlease has seen it exit (which comes
+	// from the guardian, after the exit): what it left behind has had
+	// SIGTERM then, and ignores it.
 	eventually(t, 10*time.Second, "the command exited", func() bool {
 		return errors.Is(syscall.Kill(pgid, 0), syscall.ESRCH)
+	})
+	eventually(t, 10*time.Second, "redlease saw the command exit", func() bool {
+		return strings.Contains(errOut.String(), "the command exited; processes it left in its process group still run")
 	})
 	if processGone(pid) {
 		t.Fatalf("the background process %d ended on SIGTERM, which it ignores", pid)
@@ -328,4 +335,23 @@ func TestRunChecksACommandPathBeforeTakingTheLease(t *testing.T) {
 			t.Errorf("%s: %d lines on stderr, want 1: %q", tc.command, n, errOut.String())
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that a process writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
