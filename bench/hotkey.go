@@ -154,6 +154,11 @@ func hotKey(ctx context.Context, srv *server, im impl, n, want int, limit time.D
 	defer cancel()
 	h := newHandoffLog(want)
 	hook.cmds.Store(0)
+	for _, lk := range lockers {
+		if tc, ok := lk.(tripCounter); ok {
+			tc.trips().Store(0)
+		}
+	}
 	st0 := srv.stats(ctx)
 	var (
 		wg       sync.WaitGroup
@@ -211,6 +216,11 @@ func hotKey(ctx context.Context, srv *server, im impl, n, want int, limit time.D
 	h.mu.Unlock()
 	res.elapsed = time.Since(h.start)
 	cmds := hook.cmds.Load()
+	for _, lk := range lockers { // counted by their own client
+		if tc, ok := lk.(tripCounter); ok {
+			cmds += tc.trips().Load()
+		}
+	}
 	st := srv.stats(ctx).sub(st0)
 	cancel()
 	wg.Wait()

@@ -266,13 +266,19 @@ type fencedLocker struct {
 	setnxLocker
 }
 
-var fencedScript = redis.NewScript(`local f = redis.call('INCR', KEYS[2])
+const (
+	fencedSrc = `local f = redis.call('INCR', KEYS[2])
 if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. f, 'NX', 'PX', ARGV[2]) then return f end
-return 0`)
-
-var fencedDelScript = redis.NewScript(`local v = redis.call('GET', KEYS[1])
+return 0`
+	fencedDelSrc = `local v = redis.call('GET', KEYS[1])
 if v and string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then return redis.call('DEL', KEYS[1]) end
-return 0`)
+return 0`
+)
+
+var (
+	fencedScript    = redis.NewScript(fencedSrc)
+	fencedDelScript = redis.NewScript(fencedDelSrc)
+)
 
 func (l *fencedLocker) Lock(ctx context.Context, key string) error {
 	l.n++

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -41,10 +42,23 @@ func main() {
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
 		parts   = flag.String("parts", "pairs,parallel,hot,scale", "which parts to run (comma-separated)")
 		rows    = flag.String("rows", "", "parallel part: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
+		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
 	)
 	flag.Parse()
 	redis.SetLogger(quietLogger{})
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*out, *bin, *quick, *maxHeld, strings.Split(*parts, ","), *rows); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -111,6 +125,8 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 		bsmImpl(nameBSMHot, 100*time.Millisecond), bsmFast,
 		rsDefault, rsFast,
 	}
+	rlRueidis, rlValkey := redleaseRueidisImpl(nameRLRueidis), redleaseValkeyImpl(nameRLValkey)
+	hotImpls = append(hotImpls, rlRueidis, rueidislockImpl(nameRueidis), rlValkey, valkeylockImpl(nameValkeylock))
 	rlNoRenew := redleaseImpl(nameRLNoRenew, false, redlease.WithAutoRenew(false))
 	rlAlone := redleaseImpl(nameRLAlone, false, redlease.WithCombinedRequests(false))
 	if slices.Contains(parts, "pairs") {
@@ -119,7 +135,7 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 			raw, setnx, fencedImpl(), fencedArgsImpl(), rl,
 			redleaseImpl(nameRLTry, true),
 			rlNoRenew, rlAlone, redleaseCtxImpl(),
-			bsmDefault, rsDefault,
+			bsmDefault, rsDefault, rlRueidis, rlValkey,
 		}, p.pairs, p.pairRounds)
 		if err != nil {
 			return err
@@ -127,7 +143,8 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	}
 	if slices.Contains(parts, "parallel") {
 		logf("parallel distinct keys")
-		impls, err := chooseRows([]impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault}, rows)
+		impls, err := chooseRows([]impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault,
+			fencedRueidisImpl(nameFencedRueidis), rlRueidis, rlValkey, rueidislockImpl(nameRueidis), valkeylockImpl(nameValkeylock)}, rows)
 		if err != nil {
 			return err
 		}

@@ -59,6 +59,9 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 			runtime.GC()
 			st0 := srv.stats(ctx)
 			e.hook.cmds.Store(0)
+			if tc, ok := e.lk.(tripCounter); ok {
+				tc.trips().Store(0)
+			}
 			runtime.ReadMemStats(&ms0)
 			cpu0, g0 := cpuTime(), goroutinesCreated()
 			start := time.Now()
@@ -71,6 +74,9 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 			client, started := cpuTime()-cpu0, goroutinesCreated()-g0
 			runtime.ReadMemStats(&ms1)
 			trips := e.hook.cmds.Load()
+			if tc, ok := e.lk.(tripCounter); ok {
+				trips = tc.trips().Load()
+			}
 			st := srv.stats(ctx).sub(st0)
 			n := float64(pairs)
 			samples[i] = append(samples[i], sample{

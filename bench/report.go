@@ -101,21 +101,26 @@ func (r *report) hotOf(name string, n int) *hotResult {
 }
 
 const (
-	nameRaw        = "go-redis, redlease's scripts by hand"
-	nameSetNX      = "go-redis, SET NX + compare-and-delete"
-	nameFenced     = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
-	nameFencedArgs = "go-redis, the same fenced scripts sent with redlease's keys and arguments"
-	nameRLCtx      = "redlease, 3 s context"
-	nameRL         = "redlease"
-	nameBSM        = "bsm/redislock, defaults"
-	nameBSMHot     = "bsm/redislock, 100 ms retry (its example)"
-	nameBSMFast    = "bsm/redislock, 1 ms retry"
-	nameRS         = "redsync, defaults"
-	nameRSFast     = "redsync, 1 ms retry"
-	nameRLFair     = "redlease, WithFair"
-	nameRLTry      = "redlease, TryAcquire"
-	nameRLNoRenew  = "redlease, auto-renew off"
-	nameRLAlone    = "redlease, requests not combined"
+	nameRaw           = "go-redis, redlease's scripts by hand"
+	nameSetNX         = "go-redis, SET NX + compare-and-delete"
+	nameFenced        = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
+	nameFencedArgs    = "go-redis, the same fenced scripts sent with redlease's keys and arguments"
+	nameRLCtx         = "redlease, 3 s context"
+	nameRL            = "redlease"
+	nameBSM           = "bsm/redislock, defaults"
+	nameBSMHot        = "bsm/redislock, 100 ms retry (its example)"
+	nameBSMFast       = "bsm/redislock, 1 ms retry"
+	nameRS            = "redsync, defaults"
+	nameRSFast        = "redsync, 1 ms retry"
+	nameRLFair        = "redlease, WithFair"
+	nameRLTry         = "redlease, TryAcquire"
+	nameRLNoRenew     = "redlease, auto-renew off"
+	nameRLAlone       = "redlease, requests not combined"
+	nameRLRueidis     = "redlease on rueidis"
+	nameRLValkey      = "redlease on valkey-go"
+	nameFencedRueidis = "rueidis, the fenced SET NX scripts (as go-redis's above)"
+	nameRueidis       = "rueidislock (rueidis), one key"
+	nameValkeylock    = "valkeylock (valkey-go), one key"
 )
 
 func (r *report) markdown() string {
@@ -131,7 +136,7 @@ func (r *report) markdown() string {
 	w("| machine | %d cores (GOMAXPROCS %d), %s, Linux %s |\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), kernel())
 	w("| Go | %s |\n", runtime.Version())
 	w("| redis-server | %s, started by the run on 127.0.0.1, no persistence; all clients in the same process |\n", r.redisVersion)
-	w("| peers | github.com/bsm/redislock v0.9.4, github.com/go-redsync/redsync/v4 v4.18.1 (go-redis v9 pool), github.com/redis/go-redis/v9 v9.23.0 |\n")
+	w("| peers | github.com/bsm/redislock v0.9.4, github.com/go-redsync/redsync/v4 v4.18.1 (go-redis v9 pool), github.com/redis/go-redis/v9 v9.23.0; github.com/redis/rueidis v1.0.79 and its rueidislock, github.com/valkey-io/valkey-go v1.0.80 and its valkeylock (client-side caching off for redlease, as its drivers never use it) |\n")
 	w("| TTL | 10 s for every library |\n\n")
 	w("The machine is small and shared (2 noisy cores that also run redis-server): absolute times change by up to 2× between " +
 		"its quiet and busy spells, even within one run (see the rounds below); the ratios, round trips, allocations and commands " +
@@ -175,6 +180,7 @@ func (r *report) markdown() string {
 		w("| %s leases held with auto-renew | %.1f %% of a core, %.0f B per lease, %d lost | no renewal of its own | no renewal of its own |\n",
 			thousands(float64(s.leases)), 100*s.cpu, s.heapPerLease, s.lost+int64(s.ended))
 	}
+	r.backends(w)
 	w("\nbsm/redislock's default is not to retry at all, so a caller that waits must pass a retry strategy; \"defaults\" for it " +
 		"in the hot-key rows is the 100 ms linear retry of its own example. redsync's defaults retry 32 times after 50–250 ms at " +
 		"random. A caller that got no lock asks again in both cases.\n\n")
@@ -212,7 +218,10 @@ func (r *report) markdown() string {
 		"for %s; %d rounds alternating between the libraries, median pairs per second. Server CPU per pair is redis-server's "+
 		"(INFO cpu), client CPU per pair this process's (getrusage), both medians of the rounds: the two share the machine's "+
 		"cores. redlease combines a Client's concurrent calls while 4 of its requests are in flight (`WithCombinedRequests`); "+
-		"the row \"%s\" has that turned off.\n\n",
+		"the row \"%s\" has that turned off. The rows on rueidis and valkey-go dial their own client of the server "+
+		"(auto-pipelining, one connection); rueidislock and valkeylock run with one key per lock (KeyMajority 1; their "+
+		"default takes a majority of three keys), and their release is a cancel func whose DEL their own goroutine sends "+
+		"after it returns, so their pairs count the acquire and only the start of the release.\n\n",
 		r.plan.parDur, r.plan.parRounds, nameRLAlone)
 	w("| | 8 goroutines | 64 goroutines | redlease ÷ this (8 / 64) | server CPU per pair (8 / 64) | client CPU per pair (8 / 64) |\n|---|---|---|---|---|---|\n")
 	prl := r.par(nameRL)
@@ -276,4 +285,37 @@ func signed(d time.Duration) string {
 		return "−" + us(-d)
 	}
 	return "+" + us(d)
+}
+
+// backends writes redlease on each client beside bsm/redislock (on
+// go-redis), from the same run: the targets of the performance work.
+func (r *report) backends(w func(format string, args ...any)) {
+	bsm, pbsm := r.pair(nameBSM), r.par(nameBSM)
+	if bsm == nil && pbsm == nil {
+		return
+	}
+	w("\n| redlease on | uncontended pair (÷ bsm/redislock's) | round trips | client CPU | allocs / bytes | pairs/s, 8 goroutines (÷ bsm's) | pairs/s, 64 goroutines (÷ bsm's) |\n|---|---|---|---|---|---|---|\n")
+	for _, b := range []struct{ client, name string }{{"go-redis", nameRL}, {"rueidis", nameRLRueidis}, {"valkey-go", nameRLValkey}} {
+		pair, par := "—", "— | —"
+		trips, cpu, allocs := "—", "—", "—"
+		if p := r.pair(b.name); p != nil && bsm != nil {
+			pair = fmt.Sprintf("%s (%.2f×)", us(time.Duration(p.ns)), p.ns/bsm.ns)
+			trips, cpu, allocs = num(p.trips), us(p.clientCPU), fmt.Sprintf("%.0f / %.0f B", p.allocs, p.bytes)
+		}
+		if p := r.par(b.name); p != nil && pbsm != nil {
+			par = fmt.Sprintf("%s (%.2f×) | %s (%.2f×)", thousands(p.perSec[8]), p.perSec[8]/pbsm.perSec[8],
+				thousands(p.perSec[64]), p.perSec[64]/pbsm.perSec[64])
+		}
+		w("| %s | %s | %s | %s | %s | %s |\n", b.client, pair, trips, cpu, allocs, par)
+	}
+	if bsm != nil {
+		w("| *bsm/redislock (go-redis)* | %s | %s | %s | %.0f / %.0f B | ", us(time.Duration(bsm.ns)), num(bsm.trips), us(bsm.clientCPU), bsm.allocs, bsm.bytes)
+	} else {
+		w("| *bsm/redislock (go-redis)* | — | — | — | — | ")
+	}
+	if pbsm != nil {
+		w("%s | %s |\n", thousands(pbsm.perSec[8]), thousands(pbsm.perSec[64]))
+	} else {
+		w("— | — |\n")
+	}
 }
