@@ -40,7 +40,7 @@ func main() {
 		bin     = flag.String("redis-server", "redis-server", "redis-server binary")
 		quick   = flag.Bool("quick", false, "a short run to check that everything works; its numbers mean little")
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
-		parts   = flag.String("parts", "pairs,parallel,hot,scale", "which parts to run (comma-separated)")
+		parts   = flag.String("parts", "pairs,parallel,share,hot,scale", "which parts to run (comma-separated; also share: the server's CPU per pair, pipelined)")
 		rows    = flag.String("rows", "", "parallel part: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
 	)
@@ -149,6 +149,17 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 			return err
 		}
 		rep.parallel, err = parallel(ctx, srv, impls, []int{8, 64}, p.parDur, p.parRounds)
+		if err != nil {
+			return err
+		}
+	}
+	if slices.Contains(parts, "share") {
+		logf("the server's share: pipelined pairs")
+		batches, rounds := 25, 11
+		if quick {
+			batches, rounds = 5, 2
+		}
+		rep.share, err = serverShare(ctx, srv, scriptPairs(s), 200, batches, rounds)
 		if err != nil {
 			return err
 		}

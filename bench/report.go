@@ -16,6 +16,7 @@ type report struct {
 	redisVersion string
 	pairs        []pairResult
 	parallel     []parallelResult
+	share        []shareResult
 	hot          []hotResult
 	scale        []scaleResult
 }
@@ -234,6 +235,20 @@ func (r *report) markdown() string {
 			us(p.serverCPU[8]), us(p.serverCPU[64]), us(p.clientCPU[8]), us(p.clientCPU[64]))
 	}
 
+	if len(r.share) > 0 {
+		w("\n## 2b. The server's share\n\n")
+		w("What each lock's scripts cost redis-server per uncontended pair, without round trips in the way: one client " +
+			"pipelines 200 acquires of keys of their own, then their 200 releases, 25 batches a round; the server's CPU " +
+			"time (INFO cpu) over the acquires and over the releases, per pair; medians of 11 rounds alternating between " +
+			"the rows, and of each round's ratio to the first row. bsm/redislock's row runs the commands its obtain and " +
+			"release scripts run for a free key (SET NX PX in a script, compare-and-delete). This is what a shared Redis " +
+			"pays for every lease.\n\n")
+		w("| scripts | server CPU per pair | acquire | release | ÷ first row |\n|---|---|---|---|---|\n")
+		for _, sh := range r.share {
+			w("| %s | %s | %s | %s | %.2f |\n", sh.name, usf(sh.total), usf(sh.acquire), usf(sh.release), sh.vsFirst)
+		}
+	}
+
 	w("\n## 3. One hot key\n\n")
 	w("N contenders, each with its own go-redis client and library client (as N processes would have), take one key, hold it "+
 		"~100 µs (spinning), release it, and then wait until another contender has taken it before they ask again (at most %s): "+
@@ -319,3 +334,6 @@ func (r *report) backends(w func(format string, args ...any)) {
 		w("— | — |\n")
 	}
 }
+
+// usf is d in µs with two decimals: the server's share is a few µs.
+func usf(d time.Duration) string { return fmt.Sprintf("%.2f µs", float64(d)/1e3) }
