@@ -27,19 +27,27 @@ import (
 // DoMulti one pipeline.
 type tripCounter interface{ trips() *atomic.Int64 }
 
-// countedRueidis counts the requests sent through a rueidis client.
+// countedRueidis counts the requests sent through a rueidis client: in n
+// each Do and DoMulti once (a round trip), in cmds (if not nil) each
+// command.
 type countedRueidis struct {
 	rueidis.Client
-	n *atomic.Int64
+	n, cmds *atomic.Int64
 }
 
 func (c countedRueidis) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	c.n.Add(1)
+	if c.cmds != nil {
+		c.cmds.Add(1)
+	}
 	return c.Client.Do(ctx, cmd)
 }
 
 func (c countedRueidis) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
 	c.n.Add(1)
+	if c.cmds != nil {
+		c.cmds.Add(int64(len(cmds)))
+	}
 	return c.Client.DoMulti(ctx, cmds...)
 }
 
@@ -114,7 +122,7 @@ func redleaseRueidisImpl(name string) impl {
 		if err != nil {
 			return nil, nil, err
 		}
-		return rueidislease.New(countedRueidis{c, n}, redlease.WithTTL(ttl)), c.Close, nil
+		return rueidislease.New(countedRueidis{c, n, nil}, redlease.WithTTL(ttl)), c.Close, nil
 	})
 }
 

@@ -182,13 +182,15 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 		}
 	}
 
-	for _, n := range p.scales {
-		logf("holding %d leases", n)
-		r, err := scale(ctx, srv, n, 64, p.scaleWindow, max(1, n/1000))
-		if err != nil {
-			return fmt.Errorf("holding %d leases: %w", n, err)
+	for _, client := range []string{"go-redis", "rueidis"} {
+		for _, n := range p.scales {
+			logf("holding %d leases on %s", n, client)
+			r, err := scale(ctx, srv, client, n, 64, p.scaleWindow, max(1, n/1000))
+			if err != nil {
+				return fmt.Errorf("holding %d leases on %s: %w", n, client, err)
+			}
+			rep.scale = append(rep.scale, r)
 		}
-		rep.scale = append(rep.scale, r)
 	}
 	rep.duration = time.Since(began)
 	logf("done")

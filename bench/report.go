@@ -176,8 +176,13 @@ func (r *report) markdown() string {
 			num(hrl.clientCmds), num(hrl.serverCmds), num(hb.clientCmds), num(hb.serverCmds), num(hbf.clientCmds), num(hbf.serverCmds),
 			num(hr.clientCmds), num(hr.serverCmds), num(hrf.clientCmds), num(hrf.serverCmds))
 	}
-	if len(r.scale) > 0 {
-		s := r.scale[len(r.scale)-1]
+	var most *scaleResult // the most leases on go-redis
+	for i := range r.scale {
+		if r.scale[i].client == "go-redis" {
+			most = &r.scale[i]
+		}
+	}
+	if s := most; s != nil {
 		w("| %s leases held with auto-renew | %.1f %% of a core, %.0f B per lease, %d lost | no renewal of its own | no renewal of its own |\n",
 			thousands(float64(s.leases)), 100*s.cpu, s.heapPerLease, s.lost+int64(s.ended))
 	}
@@ -274,16 +279,16 @@ func (r *report) markdown() string {
 	if len(r.scale) > 0 {
 		w("## 4. Holding many leases\n\n")
 		w("One process takes N leases with `TryAcquire` from 64 goroutines (TTL 10 s, auto-renew on: a renewal every 3.33 s), "+
-			"holds them for %s, then releases them. While holding: renew commands per second (client hook), CPU of the whole "+
+			"holds them for %s, then releases them, on a Client on go-redis and on one on rueidis. While holding: renew commands per second (a go-redis hook; on rueidis, the commands given to its Do and DoMulti), CPU of the whole "+
 			"process (getrusage) and of redis-server, in cores. Heap per lease: live heap after GC, after minus before taking them. "+
 			"Renew lateness: for 1,000 observed leases (`WithObserver`), how long after its schedule (previous renewal plus the "+
 			"interval) each renewal was sent; renewals due within interval/10 of each other share a pipeline, so some go early. "+
 			"The smallest remaining TTL seen by sampling PTTL of 200 random leases every 200 ms must stay above TTL − interval − "+
 			"lateness ≈ 6.7 s. Lost: EventLost among the observed leases plus lease contexts that had ended among all of them.\n\n", r.plan.scaleWindow)
-		w("| leases | acquire | renew cmds/s (expected) | process CPU | redis-server CPU | heap per lease | lateness p50 / p99 / max | min PTTL seen | lost | release |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| client | leases | acquire | renew cmds/s (expected) | process CPU | redis-server CPU | heap per lease | lateness p50 / p99 / max | min PTTL seen | lost | release |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.scale {
-			w("| %s | %s (%s/s) | %s (%s) | %.1f %% | %.1f %% | %.0f B | %s / %s / %s | %.2f s | %d | %s |\n",
-				thousands(float64(s.leases)), s.acquire.Round(time.Millisecond), thousands(float64(s.leases)/s.acquire.Seconds()),
+			w("| %s | %s | %s (%s/s) | %s (%s) | %.1f %% | %.1f %% | %.0f B | %s / %s / %s | %.2f s | %d | %s |\n",
+				s.client, thousands(float64(s.leases)), s.acquire.Round(time.Millisecond), thousands(float64(s.leases)/s.acquire.Seconds()),
 				thousands(s.renewPerSec), thousands(s.expectPerSec), 100*s.cpu, 100*s.serverCPU, s.heapPerLease,
 				signed(quantile(s.late, 0.5)), signed(quantile(s.late, 0.99)), signed(quantile(s.late, 1)),
 				s.minPTTL.Seconds(), s.lost+int64(s.ended), s.release.Round(time.Millisecond))

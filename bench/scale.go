@@ -11,11 +11,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/rueidislease"
 )
 
 // scaleResult is one process holding n auto-renewed leases for a window.
 type scaleResult struct {
+	client       string // the redlease Client's: go-redis or rueidis
 	leases       int
 	acquire      time.Duration // taking all n, in parallel
 	release      time.Duration // releasing all n, in parallel
@@ -73,14 +77,30 @@ func (o *lateness) Observe(_ context.Context, e redlease.Event) {
 // scale takes n leases with auto-renew (TTL 10 s, so a renewal every 3.33 s)
 // from g goroutines, holds them for window, and releases them. One lease in
 // sampleEvery carries an observer that times its renewals.
-func scale(ctx context.Context, srv *server, n, g int, window time.Duration, sampleEvery int) (scaleResult, error) {
-	res := scaleResult{leases: n, window: window}
+func scale(ctx context.Context, srv *server, client string, n, g int, window time.Duration, sampleEvery int) (scaleResult, error) {
+	res := scaleResult{client: client, leases: n, window: window}
 	interval := ttl / 3
 	res.expectPerSec = float64(n) / interval.Seconds()
 	hook := &countingHook{}
+	sent := &hook.cmds // the requests the Client sends
 	rdb := srv.client(hook, g+8)
 	defer rdb.Close()
-	c := redlease.New(rdb, redlease.WithTTL(ttl), redlease.WithAutoRenew(true))
+	opts := []redlease.Option{redlease.WithTTL(ttl), redlease.WithAutoRenew(true)}
+	var c *redlease.Client
+	switch client {
+	case "go-redis":
+		c = redlease.New(rdb, opts...)
+	case "rueidis":
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.addr}, DisableCache: true})
+		if err != nil {
+			return res, err
+		}
+		defer rc.Close()
+		sent = new(atomic.Int64)
+		c = rueidislease.New(countedRueidis{rc, new(atomic.Int64), sent}, opts...)
+	default:
+		return res, fmt.Errorf("no client %q", client)
+	}
 	defer c.Close(context.WithoutCancel(ctx))
 	obs := &lateness{interval: interval, last: map[string]time.Time{}}
 
@@ -160,7 +180,7 @@ func scale(ctx context.Context, srv *server, n, g int, window time.Duration, sam
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
-	hook.cmds.Store(0)
+	sent.Store(0)
 	cpu0, st0, t0 := cpuTime(), srv.stats(ctx), time.Now()
 	select {
 	case <-time.After(window):
@@ -168,7 +188,7 @@ func scale(ctx context.Context, srv *server, n, g int, window time.Duration, sam
 		return res, ctx.Err()
 	}
 	cpu1, st1, elapsed := cpuTime(), srv.stats(ctx), time.Since(t0)
-	res.renewPerSec = float64(hook.cmds.Load()) / elapsed.Seconds()
+	res.renewPerSec = float64(sent.Load()) / elapsed.Seconds()
 	res.cpu = float64(cpu1-cpu0) / float64(elapsed)
 	res.serverCPU = float64(st1.sub(st0).cpu) / float64(elapsed)
 	close(stopSampling)
