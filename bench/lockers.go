@@ -41,6 +41,8 @@ type impl struct {
 	// waits tells whether Lock can wait for a held lock (the raw baselines
 	// cannot).
 	waits bool
+	// timeouts asks for a go-redis client with ContextTimeoutEnabled.
+	timeouts bool
 }
 
 var errBusy = errors.New("bench: lock is held")
@@ -342,23 +344,45 @@ func fencedImpl() impl {
 	}
 }
 
-// ctxLocker is a redlease locker whose acquire calls have a 3 s deadline, as
-// a service's requests often do: without go-redis's ContextTimeoutEnabled,
-// redlease keeps such a deadline by sending the attempt on a goroutine.
-type ctxLocker struct{ redleaseLocker }
+// deadlineLocker gives each Lock and Unlock a context with a 3 s
+// deadline, as a service's request handler has. Without go-redis's
+// ContextTimeoutEnabled, redlease keeps such a deadline by sending the
+// request on a goroutine; go-redis itself, and so bsm/redislock, ignores
+// it.
+type deadlineLocker struct{ in locker }
 
-func (l *ctxLocker) Lock(ctx context.Context, key string) (err error) {
+func (l deadlineLocker) Lock(ctx context.Context, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return l.redleaseLocker.Lock(ctx, key)
+	return l.in.Lock(ctx, key)
 }
 
-func redleaseCtxImpl() impl {
-	in := redleaseImpl(nameRLCtx, false)
-	inner := in.locker
-	in.locker = func(rdb *redis.Client, s any) locker {
-		return &ctxLocker{*inner(rdb, s).(*redleaseLocker)}
+func (l deadlineLocker) Unlock(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return l.in.Unlock(ctx)
+}
+
+// trips is the inner locker's counter, if it has one.
+func (l deadlineLocker) trips() *atomic.Int64 {
+	if tc, ok := l.in.(tripCounter); ok {
+		return tc.trips()
 	}
+	return nil
+}
+
+func (l deadlineLocker) close(ctx context.Context) {
+	if c, ok := l.in.(interface{ close(context.Context) }); ok {
+		c.close(ctx)
+	}
+}
+
+// withDeadline is in, named name, with a 3 s deadline on each call;
+// timeouts asks for go-redis's ContextTimeoutEnabled.
+func withDeadline(name string, in impl, timeouts bool) impl {
+	inner := in.locker
+	in.name, in.timeouts = name, timeouts
+	in.locker = func(rdb *redis.Client, s any) locker { return deadlineLocker{inner(rdb, s)} }
 	return in
 }
 

@@ -41,7 +41,7 @@ func main() {
 		quick   = flag.Bool("quick", false, "a short run to check that everything works; its numbers mean little")
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
 		parts   = flag.String("parts", "pairs,parallel,share,hot,scale", "which parts to run (comma-separated; also share: the server's CPU per pair, pipelined)")
-		rows    = flag.String("rows", "", "parallel part: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
+		rows    = flag.String("rows", "", "pairs and parallel parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
 	)
 	flag.Parse()
@@ -131,12 +131,19 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	rlAlone := redleaseImpl(nameRLAlone, false, redlease.WithCombinedRequests(false))
 	if slices.Contains(parts, "pairs") {
 		logf("uncontended pairs: %d × %d rounds", p.pairs, p.pairRounds)
-		rep.pairs, err = uncontended(ctx, srv, []impl{
+		impls, err := chooseRows([]impl{
 			raw, setnx, fencedImpl(), fencedArgsImpl(), rl,
 			redleaseImpl(nameRLTry, true),
-			rlNoRenew, rlAlone, redleaseCtxImpl(),
-			bsmDefault, rsDefault, rlRueidis, rlValkey,
-		}, p.pairs, p.pairRounds)
+			rlNoRenew, rlAlone, bsmDefault, rsDefault, rlRueidis, rlValkey,
+			withDeadline(nameRLCtx, rl, false), withDeadline(nameBSMCtx, bsmDefault, false),
+			withDeadline(nameRLCtxCTE, rl, true), withDeadline(nameBSMCtxCTE, bsmDefault, true),
+			withDeadline(nameRLRueidisCtx, rlRueidis, false), withDeadline(nameRLValkeyCtx, rlValkey, false),
+			fencedRueidisImpl(nameFencedRueidis),
+		}, rows)
+		if err != nil {
+			return err
+		}
+		rep.pairs, err = uncontended(ctx, srv, impls, p.pairs, p.pairRounds)
 		if err != nil {
 			return err
 		}
@@ -144,7 +151,8 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	if slices.Contains(parts, "parallel") {
 		logf("parallel distinct keys")
 		impls, err := chooseRows([]impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault,
-			fencedRueidisImpl(nameFencedRueidis), rlRueidis, rlValkey, rueidislockImpl(nameRueidis), valkeylockImpl(nameValkeylock)}, rows)
+			fencedRueidisImpl(nameFencedRueidis), rlRueidis, rlValkey, rueidislockImpl(nameRueidis), valkeylockImpl(nameValkeylock),
+			withDeadline(nameRLCtxCTE, rl, true), withDeadline(nameBSMCtxCTE, bsmDefault, true)}, rows)
 		if err != nil {
 			return err
 		}
@@ -233,7 +241,7 @@ func chooseRows(impls []impl, rows string) ([]impl, error) {
 		}
 	}
 	if len(kept) == 0 {
-		return nil, fmt.Errorf("-rows %q matches no row of the parallel part", rows)
+		return nil, fmt.Errorf("-rows %q matches no row of the part", rows)
 	}
 	return kept, nil
 }

@@ -40,7 +40,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 	entries := make([]*entry, len(impls))
 	for i, im := range impls {
 		hook := &countingHook{}
-		rdb := srv.client(hook, 0)
+		rdb := srv.clientOf(im, hook, 0)
 		defer rdb.Close()
 		e := &entry{lk: im.locker(rdb, im.shared(rdb)), hook: hook, key: fmt.Sprintf("uncontended-%d", i)}
 		e.res.name = im.name
@@ -59,7 +59,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 			runtime.GC()
 			st0 := srv.stats(ctx)
 			e.hook.cmds.Store(0)
-			if tc, ok := e.lk.(tripCounter); ok {
+			if tc, ok := e.lk.(tripCounter); ok && tc.trips() != nil {
 				tc.trips().Store(0)
 			}
 			runtime.ReadMemStats(&ms0)
@@ -74,7 +74,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 			client, started := cpuTime()-cpu0, goroutinesCreated()-g0
 			runtime.ReadMemStats(&ms1)
 			trips := e.hook.cmds.Load()
-			if tc, ok := e.lk.(tripCounter); ok {
+			if tc, ok := e.lk.(tripCounter); ok && tc.trips() != nil {
 				trips = tc.trips().Load()
 			}
 			st := srv.stats(ctx).sub(st0)
@@ -157,7 +157,7 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 		}
 		setups := make([]setup, len(impls))
 		for i, im := range impls {
-			rdb := srv.client(nil, g+8)
+			rdb := srv.clientOf(im, nil, g+8)
 			shared := im.shared(rdb)
 			ls := make([]locker, g)
 			for j := range ls {

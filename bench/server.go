@@ -75,7 +75,17 @@ func (s *server) stop() {
 // client returns a new go-redis client of the server whose commands are
 // counted by hook (which may be nil).
 func (s *server) client(hook *countingHook, poolSize int) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: poolSize})
+	return s.clientWith(&redis.Options{PoolSize: poolSize}, hook)
+}
+
+// clientOf is client for the go-redis client im asks for.
+func (s *server) clientOf(im impl, hook *countingHook, poolSize int) *redis.Client {
+	return s.clientWith(&redis.Options{PoolSize: poolSize, ContextTimeoutEnabled: im.timeouts}, hook)
+}
+
+func (s *server) clientWith(opt *redis.Options, hook *countingHook) *redis.Client {
+	opt.Addr = s.addr
+	rdb := redis.NewClient(opt)
 	if hook != nil {
 		rdb.AddHook(hook)
 	}
