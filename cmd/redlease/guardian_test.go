@@ -72,8 +72,16 @@ func (w *stampedLines) String() string {
 	return b.String()
 }
 
-// groupGone reports whether process group pgid has no member left.
-func groupGone(pgid int) bool { return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) }
+// groupGone reports whether process group pgid has no member left. A
+// zombie is not one: it runs nothing, and whoever reaps it may do so late
+// on a loaded machine (kill(2) still finds it).
+func groupGone(pgid int) bool {
+	if errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH) {
+		return true
+	}
+	_, err := os.Stat("/proc/self/stat")
+	return err == nil && len(groupMembers(pgid)) == 0
+}
 
 // Once redlease run is SIGKILLed, nobody renews the lease, and Redis lets
 // the next holder in when it expires. Every process of COMMAND's group —
