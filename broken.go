@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redlease/redlease/internal/wire"
 )
@@ -27,10 +28,11 @@ import (
 // A message can be lost (a subscription not confirmed yet, a reconnect, a
 // driver without driver.ClassicSubscriber on Cluster, an ACL that denies
 // the channel): then the holder finds out at its next renewal, as it did
-// before. A subscribe that failed, or a subscription that ended by itself
-// (its client library was closed), is made again only when the Client
-// holds a lease under the prefix again after holding none. A lease deleted
-// by hand (DEL) publishes nothing.
+// before. A subscribe that failed is tried again while the Client holds
+// leases under the prefix, after 100 ms, doubling up to 30 s; a
+// subscription that ended by itself (its client library was closed) is
+// made again only when the Client holds a lease under the prefix again
+// after holding none. A lease deleted by hand (DEL) publishes nothing.
 
 // breakWatch names a break channel by its parts: the key prefix and the
 // Client id, the first 8 characters of an owner token. As a map key it
@@ -142,7 +144,8 @@ const holding = ""
 // of its messages, until unwatch (and linger more). It subscribes on a
 // goroutine of the hub's and does not wait for it: a message published
 // before Redis confirms the subscription is lost. A subscribe that fails
-// is tried again at the next watch.
+// is tried again after a backoff while the channel is watched
+// (retryLocked), and at the next watch.
 func (h *hub) watch(channel string, onMessage func(payload string)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -168,6 +171,31 @@ func (h *hub) unwatch(channel string) {
 	defer h.mu.Unlock()
 	if ch := h.chans[channel]; ch != nil {
 		delete(ch.waiters, holding)
+		if ch.retry != nil {
+			ch.retry.Stop()
+			ch.retry = nil
+		}
 		h.leftLocked(channel, ch)
 	}
+}
+
+// retryLocked subscribes a watched break channel again, after a backoff,
+// once its subscribe has failed: a Client that holds leases for long (an
+// election's leader) must not stay deaf to breaks because one subscribe
+// failed. A wake channel needs no such timer: its waiters subscribe again
+// at their next attempt.
+func (h *hub) retryLocked(channel string, ch *wakeChannel) {
+	if _, watched := ch.waiters[holding]; !watched || !ch.classic || isClosed(h.closed) || h.chans[channel] != ch || ch.retry != nil {
+		return
+	}
+	d := min(resubscribeMin<<min(ch.failures, 16), resubscribeMax)
+	ch.failures++
+	ch.retry = time.AfterFunc(d, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		ch.retry = nil
+		if _, watched := ch.waiters[holding]; watched && h.chans[channel] == ch {
+			h.startSubscribeLocked(channel, ch)
+		}
+	})
 }

@@ -2,9 +2,13 @@ package redlease
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/redlease/redlease/internal/wire"
@@ -196,4 +200,65 @@ func TestBreakEndsTheHolderAtOnceOnRedis(t *testing.T) {
 			require.ErrorIs(t, l.Release(ctx), ErrLeaseLost)
 		})
 	}
+}
+
+// failingSubscribes is a driver whose first subscribes fail.
+type failingSubscribes struct {
+	driver.Driver
+	fail atomic.Int32 // subscribes left to fail
+	made atomic.Int32 // subscribes tried
+}
+
+func (d *failingSubscribes) Subscribe(ctx context.Context, channel string, handle func(string)) (driver.Subscription, error) {
+	d.made.Add(1)
+	if d.fail.Add(-1) >= 0 {
+		return nil, errors.New("test: subscribe refused")
+	}
+	return d.Driver.Subscribe(ctx, channel, handle)
+}
+
+// A break channel whose subscribe failed is subscribed again while the
+// Client holds leases (not only at its next first lease), so that a
+// holder of a long lease hears of a Break.
+func TestBreakChannelIsSubscribedAgainAfterAFailure(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	gd, err := goredis.New(rdb, true)
+	require.NoError(t, err)
+	d := &failingSubscribes{Driver: gd}
+	d.fail.Store(2)
+	c := NewWithDriver(d, WithTTL(30*time.Second))
+	closeAtEnd(t, c)
+	l, err := c.TryAcquire(ctx, "long")
+	require.NoError(t, err)
+	watchingBreaks(t, c, DefaultPrefix, c.hub.id) // after 100 ms and 200 ms more
+	require.Equal(t, int32(3), d.made.Load(), "two failures, then the subscription")
+
+	operator := New(rdb)
+	closeAtEnd(t, operator)
+	_, removed, err := operator.Break(ctx, "long", 0)
+	require.NoError(t, err)
+	require.True(t, removed)
+	servertest.WaitDone(t, l.Context(), 5*time.Second)
+	require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost)
+}
+
+// Once the Client holds no lease, a failed break channel is not tried
+// again.
+func TestBreakChannelIsNotSubscribedAgainWhenNothingIsHeld(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := t.Context()
+	gd, err := goredis.New(rdb, true)
+	require.NoError(t, err)
+	d := &failingSubscribes{Driver: gd}
+	d.fail.Store(1000)
+	c := NewWithDriver(d)
+	closeAtEnd(t, c)
+	l, err := c.TryAcquire(ctx, "short")
+	require.NoError(t, err)
+	servertest.WaitFor(t, 5*time.Second, func() bool { return d.made.Load() >= 1 })
+	require.NoError(t, l.Release(ctx))
+	made := d.made.Load()
+	time.Sleep(3 * resubscribeMin)
+	require.LessOrEqual(t, d.made.Load(), made+1, "at most a retry already under way")
 }

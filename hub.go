@@ -56,6 +56,10 @@ const (
 	// linger keeps an idle channel subscribed for a while, so a resource
 	// waited on again and again is not subscribed again and again.
 	linger = 500 * time.Millisecond
+	// A watched break channel whose subscribe failed is subscribed again
+	// after resubscribeMin, doubling up to resubscribeMax (see watch).
+	resubscribeMin = 100 * time.Millisecond
+	resubscribeMax = 30 * time.Second
 )
 
 // hub multiplexes the wake channels of one Client's waiters.
@@ -84,6 +88,8 @@ type wakeChannel struct {
 	subscribing chan struct{}       // closed when the subscribe on its way has returned
 	dropping    chan struct{}       // closed when the unsubscribe on its way has returned
 	idle        *time.Timer         // runs while no one waits: unsubscribes
+	retry       *time.Timer         // runs after a watched break channel's subscribe failed
+	failures    int                 // subscribes in a row that failed
 	// A break channel's: SUBSCRIBE on Cluster too, and the handler of its
 	// messages, called outside h.mu. Set when the channel is made.
 	classic   bool
@@ -121,6 +127,9 @@ func (h *hub) shut() (subs []driver.Subscription) {
 	for name, ch := range h.chans {
 		if ch.idle != nil {
 			ch.idle.Stop()
+		}
+		if ch.retry != nil {
+			ch.retry.Stop()
 		}
 		if ch.sub != nil {
 			subs = append(subs, ch.sub)
@@ -361,9 +370,12 @@ func (h *hub) subscribed(channel string, ch *wakeChannel, done chan struct{}, s 
 	close(done)
 	if err != nil || isClosed(h.closed) || h.chans[channel] != ch {
 		h.forgetLocked(channel, ch)
+		if err != nil {
+			h.retryLocked(channel, ch)
+		}
 		return false
 	}
-	ch.sub = s
+	ch.sub, ch.failures = s, 0
 	if len(ch.waiters) == 0 && ch.idle == nil { // the waiters left meanwhile
 		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
 	}
