@@ -1,11 +1,9 @@
 package redlease
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -97,28 +95,10 @@ func TestBreakOnMiniredis(t *testing.T) {
 
 // Break reports every call that reaches Redis to the Client's observers,
 // with the lease it found.
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestBreakReportsToObservers(t *testing.T) {
 	mr, rdb := servertest.Mini(t)
 	def := &recorder{}
-	var buf lockedBuffer // the loss of the lease that Break removes may be logged from the break channel's goroutine
+	var buf servertest.Buffer // the loss of the lease that Break removes may be logged from the break channel's goroutine
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c := New(rdb, WithObserver(def), WithLogger(logger), WithAutoRenew(false))
 	ctx := t.Context()

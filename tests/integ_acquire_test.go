@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,7 +138,7 @@ func TestIntegrationAcquireAbandonedAfterSendingGivesTheLeaseBack(t *testing.T) 
 // (A wait with a context that never ends used to wait silently forever.)
 func TestIntegrationWaitThatMeetsAnOutageSaysSoOnce(t *testing.T) {
 	eachIntegParallel(t, func(t *testing.T, e *integ) {
-		var buf integBuffer
+		var buf servertest.Buffer
 		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		rec := &integRecorder{}
 		c := e.client(redlease.WithLogger(logger), redlease.WithObserver(rec))
@@ -210,24 +209,6 @@ func TestIntegrationMaxOutageEndsAWaitWhoseRedisWentAway(t *testing.T) {
 		require.ErrorContains(t, err, e.srv.Addr)
 		require.ErrorContains(t, err, "no answer from Redis for 500ms")
 	})
-}
-
-// integBuffer is a bytes.Buffer that goroutines may write to at once.
-type integBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *integBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *integBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // AcquireAll takes every resource or none, in one request on one server.

@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/servertest"
 )
 
 // procState is the state letter of a process in /proc/PID/stat (Linux):
@@ -260,7 +261,7 @@ echo $! > "$1/pid"`
 	// -ttl 3s: a first acquire on a loaded machine may take longer than the
 	// 890 ms that a 1 s TTL leaves, and then the command never starts.
 	cmd, _, _ := redleaseProcess(t, "run", "-v", "-redis", url, "-ttl", "3s", "-grace", "30s", "broken", "--", "sh", "-c", script, "sh", dir)
-	errOut := &lockedBuffer{}
+	errOut := &servertest.Buffer{}
 	cmd.Stderr = errOut // read while redlease runs
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -335,23 +336,4 @@ func TestRunChecksACommandPathBeforeTakingTheLease(t *testing.T) {
 			t.Errorf("%s: %d lines on stderr, want 1: %q", tc.command, n, errOut.String())
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
