@@ -163,23 +163,26 @@ func (l *clientLocker) Unlock(context.Context) error {
 	return nil
 }
 
-// One key per lock (KeyMajority 1), as every other row here; their
-// default, 2, takes a majority of three keys.
-func rueidislockImpl(name string) impl {
+// clientLock is what rueidislock's and valkeylock's Lockers share.
+type clientLock interface {
+	WithContext(ctx context.Context, name string) (context.Context, context.CancelFunc, error)
+	Close()
+}
+
+// clientLockImpl is a row of a clientLock that newLocker makes for the
+// server at addr.
+func clientLockImpl(name string, newLocker func(addr string) (clientLock, error)) impl {
 	return impl{
 		name: name,
 		shared: func(rdb *redis.Client) any {
-			lk, err := rueidislock.NewLocker(rueidislock.LockerOption{
-				ClientOption: rueidis.ClientOption{InitAddress: []string{rdb.Options().Addr}},
-				KeyValidity:  ttl, KeyMajority: 1, NoLoopTracking: true,
-			})
+			lk, err := newLocker(rdb.Options().Addr)
 			if err != nil {
 				return err
 			}
 			return lk
 		},
 		locker: func(_ *redis.Client, s any) locker {
-			lk, ok := s.(rueidislock.Locker)
+			lk, ok := s.(clientLock)
 			if !ok {
 				return failed{s.(error)}
 			}
@@ -189,28 +192,24 @@ func rueidislockImpl(name string) impl {
 	}
 }
 
+// One key per lock (KeyMajority 1), as every other row here; their
+// default, 2, takes a majority of three keys.
+func rueidislockImpl(name string) impl {
+	return clientLockImpl(name, func(addr string) (clientLock, error) {
+		return rueidislock.NewLocker(rueidislock.LockerOption{
+			ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
+			KeyValidity:  ttl, KeyMajority: 1, NoLoopTracking: true,
+		})
+	})
+}
+
 func valkeylockImpl(name string) impl {
-	return impl{
-		name: name,
-		shared: func(rdb *redis.Client) any {
-			lk, err := valkeylock.NewLocker(valkeylock.LockerOption{
-				ClientOption: valkey.ClientOption{InitAddress: []string{rdb.Options().Addr}},
-				KeyValidity:  ttl, KeyMajority: 1, NoLoopTracking: true,
-			})
-			if err != nil {
-				return err
-			}
-			return lk
-		},
-		locker: func(_ *redis.Client, s any) locker {
-			lk, ok := s.(valkeylock.Locker)
-			if !ok {
-				return failed{s.(error)}
-			}
-			return &clientLocker{with: lk.WithContext, end: lk.Close}
-		},
-		waits: true,
-	}
+	return clientLockImpl(name, func(addr string) (clientLock, error) {
+		return valkeylock.NewLocker(valkeylock.LockerOption{
+			ClientOption: valkey.ClientOption{InitAddress: []string{addr}},
+			KeyValidity:  ttl, KeyMajority: 1, NoLoopTracking: true,
+		})
+	})
 }
 
 // fencedRueidisLocker is the fenced floor (fencedLocker's two scripts)
