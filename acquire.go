@@ -247,7 +247,7 @@ func newOwner(clientID string) (owner, member string) {
 // isClientID reports whether s has the form of a hub's id: 8 hex digits in
 // lower case, as an owner token begins.
 func isClientID(s string) bool {
-	return len(s) == 8 && validOwner(s+"-0000-4000-8000-000000000000")
+	return len(s) == 8 && isLowerHex(s)
 }
 
 // report sends the acquire events: one per lease taken, or one for the failure.

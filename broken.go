@@ -50,19 +50,40 @@ func watchOf(l *Lease) breakWatch {
 // subscribes from its first lease on (c.mu held).
 func (c *Client) holdLocked(l *Lease) {
 	w := watchOf(l)
-	c.held[w]++
-	if c.held[w] == 1 {
-		c.hub.watch(w.channel(), c.onBreak)
+	h := c.held[w]
+	if h.channel == "" {
+		h.channel = w.channel()
 	}
+	if h.n++; h.n == 1 {
+		c.hub.watch(h.channel, c.onBreak)
+	}
+	c.held[w] = h
 }
 
-// unholdLocked undoes holdLocked for l, just untracked (c.mu held).
+// unholdLocked undoes holdLocked for l, just untracked (c.mu held). The
+// count of the Client's own channel under a prefix stays in c.held at 0,
+// with the channel's name, which one lease after another then does not
+// make again; another Client's (a resumed lease's) goes.
 func (c *Client) unholdLocked(l *Lease) {
 	w := watchOf(l)
-	if c.held[w]--; c.held[w] <= 0 {
-		delete(c.held, w)
-		c.hub.unwatch(w.channel())
+	h := c.held[w]
+	if h.n--; h.n > 0 {
+		c.held[w] = h
+		return
 	}
+	if w.id == c.hub.id {
+		c.held[w] = heldCount{channel: h.channel}
+	} else {
+		delete(c.held, w)
+	}
+	c.hub.unwatch(h.channel)
+}
+
+// heldCount is how many tracked leases a break channel tells, and the
+// channel's name.
+type heldCount struct {
+	n       int
+	channel string
 }
 
 // onBreak is the handler of the break channels' messages. It must not
@@ -157,10 +178,7 @@ func (h *hub) watch(channel string, onMessage func(payload string)) {
 		ch = &wakeChannel{waiters: map[string]chan struct{}{}, classic: true, onMessage: onMessage}
 		h.chans[channel] = ch
 	}
-	if ch.idle != nil {
-		ch.idle.Stop()
-		ch.idle = nil
-	}
+	stopIdleLocked(ch)
 	ch.waiters[holding] = nil
 	h.startSubscribeLocked(channel, ch)
 }

@@ -153,6 +153,15 @@ func TestBreakChannelIsSubscribedOnceForManyLeases(t *testing.T) {
 	}
 	require.True(t, sub == breakSub(c), "the same subscription")
 	servertest.WaitFor(t, 5*time.Second, func() bool { return breakSub(c) == nil }) // dropped after linger
+
+	// And again: a lease after the drop subscribes anew, and its release
+	// lets the channel go after linger once more.
+	l, err = c.TryAcquire(ctx, "after")
+	require.NoError(t, err)
+	watchingBreaks(t, c, DefaultPrefix, c.hub.id)
+	require.False(t, sub == breakSub(c), "a new subscription")
+	require.NoError(t, l.Release(ctx))
+	servertest.WaitFor(t, 5*time.Second, func() bool { return breakSub(c) == nil })
 }
 
 // A lease taken up with Resume hears of a Break on the channel of the
@@ -176,6 +185,12 @@ func TestBreakReachesAResumedLease(t *testing.T) {
 	require.True(t, removed)
 	servertest.WaitDone(t, r.Context(), 5*time.Second)
 	require.ErrorIs(t, context.Cause(r.Context()), ErrLeaseLost)
+	// The count of the first Client's channel goes with the lease: a Client
+	// that resumes the leases of many others keeps no count of each.
+	second.mu.Lock()
+	defer second.mu.Unlock()
+	_, counted := second.held[breakWatch{prefix: DefaultPrefix, id: first.hub.id}]
+	require.False(t, counted, "a count of the first Client's channel after its lease ended")
 }
 
 // On a real Redis too; the delay is logged for comparison with the

@@ -28,10 +28,10 @@ type Client struct {
 	clk         clock.Clock // the time of the leases' deadlines and renewals
 
 	mu      sync.Mutex
-	leases  map[*Lease]struct{} // the leases Redis may hold, for Close
-	held    map[breakWatch]int  // how many of them each break channel tells (broken.go)
-	closed  atomic.Bool         // set under mu; read without it by acquire calls
-	closeMu sync.Mutex          // serialises Close calls
+	leases  map[*Lease]struct{}      // the leases Redis may hold, for Close
+	held    map[breakWatch]heldCount // how many of them each break channel tells (broken.go)
+	closed  atomic.Bool              // set under mu; read without it by acquire calls
+	closeMu sync.Mutex               // serialises Close calls
 
 	// The give-up releases and the abandoned requests (see
 	// Client.background and Client.spawn): Close waits for them.
@@ -57,7 +57,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 
 // newClient returns a Client with the defaults of opts, and no driver yet.
 func newClient(opts []Option) *Client {
-	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}, held: map[breakWatch]int{}}
+	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}, held: map[breakWatch]heldCount{}}
 	applyAll(&c.cfg, opts)
 	c.clk = c.cfg.clk
 	defaults := c.cfg

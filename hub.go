@@ -87,7 +87,8 @@ type wakeChannel struct {
 	sub         driver.Subscription // nil while not subscribed
 	subscribing chan struct{}       // closed when the subscribe on its way has returned
 	dropping    chan struct{}       // closed when the unsubscribe on its way has returned
-	idle        *time.Timer         // runs while no one waits: unsubscribes
+	idle        *time.Timer         // runs while no one waits: unsubscribes; made once, then Reset
+	idling      bool                // idle is armed
 	retry       *time.Timer         // runs after a watched break channel's subscribe failed
 	failures    int                 // subscribes in a row that failed
 	// A break channel's: SUBSCRIBE on Cluster too, and the handler of its
@@ -125,9 +126,7 @@ func (h *hub) shut() (subs []driver.Subscription) {
 		close(h.closed)
 	}
 	for name, ch := range h.chans {
-		if ch.idle != nil {
-			ch.idle.Stop()
-		}
+		stopIdleLocked(ch)
 		if ch.retry != nil {
 			ch.retry.Stop()
 		}
@@ -228,10 +227,7 @@ func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
 		ch = &wakeChannel{waiters: map[string]chan struct{}{}}
 		h.chans[channel] = ch
 	}
-	if ch.idle != nil {
-		ch.idle.Stop()
-		ch.idle = nil
-	}
+	stopIdleLocked(ch)
 	ch.waiters[owner] = wake
 	for i, m := range ch.missed {
 		if m == owner {
@@ -248,8 +244,29 @@ func (h *hub) leftLocked(channel string, ch *wakeChannel) {
 	case len(ch.waiters) > 0:
 	case ch.sub == nil || isClosed(h.closed):
 		h.forgetLocked(channel, ch) // a subscribe on its way sets the timer when it lands
-	case ch.idle == nil:
+	case !ch.idling:
+		h.idleLocked(channel, ch)
+	}
+}
+
+// idleLocked starts ch's idle timer: ch is unsubscribed after linger unless
+// someone waits on it again. The timer is reused: a Client that takes one
+// lease after another idles its break channel at every release.
+func (h *hub) idleLocked(channel string, ch *wakeChannel) {
+	ch.idling = true
+	if ch.idle == nil {
 		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
+		return
+	}
+	ch.idle.Reset(linger)
+}
+
+// stopIdleLocked stops ch's idle timer. (A dropIdle that fired already
+// finds the waiter and leaves ch alone.)
+func stopIdleLocked(ch *wakeChannel) {
+	if ch.idling {
+		ch.idle.Stop()
+		ch.idling = false
 	}
 }
 
@@ -310,6 +327,7 @@ func (h *hub) idleSub(channel string, ch *wakeChannel) driver.Subscription {
 	if h.chans[channel] != ch || len(ch.waiters) > 0 {
 		return nil
 	}
+	ch.idling = false // the timer has fired
 	return ch.sub
 }
 
@@ -376,8 +394,8 @@ func (h *hub) subscribed(channel string, ch *wakeChannel, done chan struct{}, s 
 		return false
 	}
 	ch.sub, ch.failures = s, 0
-	if len(ch.waiters) == 0 && ch.idle == nil { // the waiters left meanwhile
-		ch.idle = time.AfterFunc(linger, func() { h.dropIdle(channel, ch) })
+	if len(ch.waiters) == 0 && !ch.idling { // the waiters left meanwhile
+		h.idleLocked(channel, ch)
 	}
 	return true
 }

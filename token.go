@@ -193,17 +193,14 @@ func (t *Token) validate() error {
 // validOwner reports whether s has the form of an owner token (newOwner):
 // a UUID in lower-case hex.
 func validOwner(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
+	return len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+		isLowerHex(s[:8]) && isLowerHex(s[9:13]) && isLowerHex(s[14:18]) && isLowerHex(s[19:23]) && isLowerHex(s[24:])
+}
+
+// isLowerHex reports whether s is hex digits in lower case.
+func isLowerHex(s string) bool {
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return false
-			}
-		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
-		default:
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

@@ -59,6 +59,7 @@ func (w *watchdog) schedule(l *Lease, at time.Time) {
 	}
 	l.renewAt = at
 	if l.index >= 0 {
+		w.queue[l.index].at = at
 		heap.Fix(&w.queue, l.index)
 	} else {
 		heap.Push(&w.queue, l)
@@ -154,7 +155,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		// Everything due within a tenth of its interval goes now, so
 		// leases taken at nearly the same time share a pipeline.
 		for len(w.queue) > 0 && len(batch) < driver.MaxBatch {
-			next := w.queue[0]
+			next := w.queue[0].l
 			if next.renewAt.Sub(now) > next.timing().interval()/10 {
 				break
 			}
@@ -163,7 +164,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		if len(batch) > 0 {
 			w.inflight++
 		} else {
-			wait = w.queue[0].renewAt.Sub(now)
+			wait = w.queue[0].at.Sub(now)
 		}
 	default:
 		*idleSince = time.Time{}
@@ -282,26 +283,36 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (replies []int64, errs
 	return replies, errs
 }
 
-// renewQueue is a min-heap of leases by next renewal time.
-type renewQueue []*Lease
+// renewQueue is a min-heap of leases by next renewal time. Each entry holds
+// its lease's renewAt, so that ordering the heap reads no Lease: with many
+// leases on one Client, each Lease read there is likely a cache miss.
+type renewQueue []renewEntry
+
+type renewEntry struct {
+	at time.Time // l.renewAt
+	l  *Lease
+}
 
 func (q renewQueue) Len() int           { return len(q) }
-func (q renewQueue) Less(i, j int) bool { return q[i].renewAt.Before(q[j].renewAt) }
+func (q renewQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
 func (q renewQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].index = i
-	q[j].index = j
+	q[i].l.index = i
+	q[j].l.index = j
 }
+
+// Push adds x, a *Lease (an interface holding a pointer costs no
+// allocation, as a renewEntry would).
 func (q *renewQueue) Push(x any) {
 	l := x.(*Lease)
 	l.index = len(*q)
-	*q = append(*q, l)
+	*q = append(*q, renewEntry{at: l.renewAt, l: l})
 }
 func (q *renewQueue) Pop() any {
 	old := *q
 	n := len(old)
-	l := old[n-1]
-	old[n-1] = nil
+	l := old[n-1].l
+	old[n-1] = renewEntry{}
 	l.index = -1
 	*q = old[:n-1]
 	return l

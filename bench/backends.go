@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -245,13 +248,25 @@ func (l *fencedRueidisLocker) Unlock(ctx context.Context) error {
 	return err
 }
 
-func fencedRueidisImpl(name string) impl {
+// fencedRueidisImpl is the fenced floor on rueidis. With subscribed, the
+// client first subscribes to a channel, as redlease's hub does (its break
+// channel): rueidis then sends every request through its pipelining
+// goroutines, where a client that never subscribed, and never had two
+// requests at once on its connection, writes and reads on the caller's
+// goroutine.
+func fencedRueidisImpl(name string, subscribed bool) impl {
 	return impl{
 		name: name,
 		shared: func(rdb *redis.Client) any {
 			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rdb.Options().Addr}, DisableCache: true})
 			if err != nil {
 				return err
+			}
+			if subscribed {
+				if err := subscribeIdle(c); err != nil {
+					c.Close()
+					return err
+				}
 			}
 			return c
 		},
@@ -262,5 +277,27 @@ func fencedRueidisImpl(name string) impl {
 			}
 			return &fencedRueidisLocker{c: c, base: uniqueBase()}
 		},
+	}
+}
+
+// subscribeIdle subscribes c to a channel nobody publishes on, for as long
+// as c lives, and returns once Redis has confirmed it.
+func subscribeIdle(c rueidis.Client) error {
+	ok := make(chan struct{})
+	var once sync.Once
+	ctx := rueidis.WithOnSubscriptionHook(context.Background(), func(rueidis.PubSubSubscription) {
+		once.Do(func() { close(ok) })
+	})
+	failed := make(chan error, 1)
+	go func() {
+		failed <- c.Receive(ctx, c.B().Subscribe().Channel("bench:idle").Build(), func(rueidis.PubSubMessage) {})
+	}()
+	select {
+	case <-ok:
+		return nil
+	case err := <-failed:
+		return fmt.Errorf("subscribe: %w", err)
+	case <-time.After(10 * time.Second):
+		return errors.New("subscribe: not confirmed in 10 s")
 	}
 }

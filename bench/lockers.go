@@ -336,6 +336,36 @@ func fencedArgsImpl() impl {
 	}
 }
 
+// spawnedLocker is a fencedLocker whose Lock sends the script on a goroutine
+// of its own and waits for it or for the end of ctx, as redlease sends an
+// acquire whose deadline its client would not keep (go-redis without
+// ContextTimeoutEnabled): what that costs any lock, apart from the rest of
+// redlease.
+type spawnedLocker struct {
+	fencedLocker
+}
+
+func (l *spawnedLocker) Lock(ctx context.Context, key string) error {
+	done := make(chan error, 1)
+	go func() { done <- l.fencedLocker.Lock(ctx, key) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func spawnedImpl() impl {
+	return impl{
+		name:   nameSpawned,
+		shared: func(*redis.Client) any { return nil },
+		locker: func(rdb *redis.Client, _ any) locker {
+			return &spawnedLocker{fencedLocker{setnxLocker{rdb: rdb, base: uniqueBase()}}}
+		},
+	}
+}
+
 func fencedImpl() impl {
 	return impl{
 		name:   nameFenced,

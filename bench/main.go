@@ -138,7 +138,8 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 			withDeadline(nameRLCtx, rl, false), withDeadline(nameBSMCtx, bsmDefault, false),
 			withDeadline(nameRLCtxCTE, rl, true), withDeadline(nameBSMCtxCTE, bsmDefault, true),
 			withDeadline(nameRLRueidisCtx, rlRueidis, false), withDeadline(nameRLValkeyCtx, rlValkey, false),
-			fencedRueidisImpl(nameFencedRueidis),
+			fencedRueidisImpl(nameFencedRueidis, false), fencedRueidisImpl(nameFencedRueidisSub, true),
+			spawnedImpl(),
 		}, rows)
 		if err != nil {
 			return err
@@ -151,7 +152,7 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	if slices.Contains(parts, "parallel") {
 		logf("parallel distinct keys")
 		impls, err := chooseRows([]impl{raw, setnx, fencedImpl(), fencedArgsImpl(), rl, rlAlone, rlNoRenew, bsmDefault, rsDefault,
-			fencedRueidisImpl(nameFencedRueidis), rlRueidis, rlValkey, rueidislockImpl(nameRueidis), valkeylockImpl(nameValkeylock),
+			fencedRueidisImpl(nameFencedRueidis, false), rlRueidis, rlValkey, rueidislockImpl(nameRueidis), valkeylockImpl(nameValkeylock),
 			withDeadline(nameRLCtxCTE, rl, true), withDeadline(nameBSMCtxCTE, bsmDefault, true)}, rows)
 		if err != nil {
 			return err

@@ -102,31 +102,33 @@ func (r *report) hotOf(name string, n int) *hotResult {
 }
 
 const (
-	nameRaw           = "go-redis, redlease's scripts by hand"
-	nameSetNX         = "go-redis, SET NX + compare-and-delete"
-	nameFenced        = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
-	nameFencedArgs    = "go-redis, the same fenced scripts sent with redlease's keys and arguments"
-	nameRLCtx         = "redlease, 3 s context"
-	nameBSMCtx        = "bsm/redislock, 3 s context"
-	nameRLCtxCTE      = "redlease, 3 s context, ContextTimeoutEnabled"
-	nameBSMCtxCTE     = "bsm/redislock, 3 s context, ContextTimeoutEnabled"
-	nameRLRueidisCtx  = "redlease on rueidis, 3 s context"
-	nameRLValkeyCtx   = "redlease on valkey-go, 3 s context"
-	nameRL            = "redlease"
-	nameBSM           = "bsm/redislock, defaults"
-	nameBSMHot        = "bsm/redislock, 100 ms retry (its example)"
-	nameBSMFast       = "bsm/redislock, 1 ms retry"
-	nameRS            = "redsync, defaults"
-	nameRSFast        = "redsync, 1 ms retry"
-	nameRLFair        = "redlease, WithFair"
-	nameRLTry         = "redlease, TryAcquire"
-	nameRLNoRenew     = "redlease, auto-renew off"
-	nameRLAlone       = "redlease, requests not combined"
-	nameRLRueidis     = "redlease on rueidis"
-	nameRLValkey      = "redlease on valkey-go"
-	nameFencedRueidis = "rueidis, the fenced SET NX scripts (as go-redis's above)"
-	nameRueidis       = "rueidislock (rueidis), one key"
-	nameValkeylock    = "valkeylock (valkey-go), one key"
+	nameRaw              = "go-redis, redlease's scripts by hand"
+	nameSetNX            = "go-redis, SET NX + compare-and-delete"
+	nameFenced           = "go-redis, fenced SET NX (INCR in the script) + compare-and-delete"
+	nameFencedArgs       = "go-redis, the same fenced scripts sent with redlease's keys and arguments"
+	nameRLCtx            = "redlease, 3 s context"
+	nameBSMCtx           = "bsm/redislock, 3 s context"
+	nameRLCtxCTE         = "redlease, 3 s context, ContextTimeoutEnabled"
+	nameBSMCtxCTE        = "bsm/redislock, 3 s context, ContextTimeoutEnabled"
+	nameRLRueidisCtx     = "redlease on rueidis, 3 s context"
+	nameRLValkeyCtx      = "redlease on valkey-go, 3 s context"
+	nameRL               = "redlease"
+	nameBSM              = "bsm/redislock, defaults"
+	nameBSMHot           = "bsm/redislock, 100 ms retry (its example)"
+	nameBSMFast          = "bsm/redislock, 1 ms retry"
+	nameRS               = "redsync, defaults"
+	nameRSFast           = "redsync, 1 ms retry"
+	nameRLFair           = "redlease, WithFair"
+	nameRLTry            = "redlease, TryAcquire"
+	nameRLNoRenew        = "redlease, auto-renew off"
+	nameRLAlone          = "redlease, requests not combined"
+	nameRLRueidis        = "redlease on rueidis"
+	nameRLValkey         = "redlease on valkey-go"
+	nameFencedRueidis    = "rueidis, the fenced SET NX scripts (as go-redis's above)"
+	nameFencedRueidisSub = "rueidis, the same, on a client that has subscribed to a channel"
+	nameSpawned          = "go-redis, the fenced scripts, the acquire sent on a goroutine of its own"
+	nameRueidis          = "rueidislock (rueidis), one key"
+	nameValkeylock       = "valkeylock (valkey-go), one key"
 )
 
 func (r *report) markdown() string {
@@ -222,7 +224,14 @@ func (r *report) markdown() string {
 		"script that increments a counter and takes the lock with SET NX PX, and a compare-and-delete; and those two fenced " +
 		"scripts sent with the keys and arguments redlease's scripts take (the waiting queue's keys, the released key, the mode, " +
 		"queue member, holder description), which they ignore: the price of carrying them. \"redlease\" is `Acquire` with " +
-		"the defaults (auto-renew on, so each lease is scheduled with the watchdog and unscheduled at release).\n\n")
+		"the defaults (auto-renew on, so each lease is scheduled with the watchdog and unscheduled at release). " +
+		"Two more floors tell where the time of two rows goes. \"" + nameSpawned + "\" sends the fenced acquire as redlease " +
+		"sends one whose deadline go-redis would not keep (ContextTimeoutEnabled off): on a goroutine started for it, which " +
+		"the caller waits for or leaves at its deadline. \"" + nameFencedRueidisSub + "\" is the rueidis floor on a client " +
+		"that holds a subscription, as redlease's does (its break channel): rueidis then sends every request through its " +
+		"pipelining goroutines, while a client that never subscribed, and never had two requests at once on its connection, " +
+		"writes and reads on the caller's goroutine. (The rueidis floors count no round trips: they send through the client " +
+		"itself, without a counter.)\n\n")
 
 	w("## 2. Parallel, distinct keys\n\n")
 	w("G goroutines share one go-redis client (pool G+8) and one library client; each takes and releases its own key in a loop "+
