@@ -51,9 +51,15 @@
 // default), which ends that wait.
 //
 // Subscriptions (the wake-ups of waiters, and the break channel by which
-// Client.Break tells a holder) use Client.Receive, one per
-// channel, which subscribes again by itself after a reconnect; see
-// Subscribe in subscribe.go for what ends one.
+// Client.Break tells a holder) use Receive, one per channel. Without
+// Cluster they share one connection of their own (Dedicate), so that the
+// client's connection for requests keeps rueidis's unpipelined path, in
+// which an uncontended request is written and read on the caller's
+// goroutine; the connection is closed with the last subscription, and the
+// client's Close leaves it open: close the redlease Client first. On
+// Cluster they go on the connections that rueidis shares with requests.
+// Either way a subscription is made again after a reconnect; see
+// subscribe.go for what ends one.
 //
 // No client-side caching: every call goes by Do and DoMulti, never DoCache.
 // A lease's state changes on the server, under scripts; only a round trip

@@ -34,7 +34,11 @@ func Driver(client rueidis.Client) driver.Driver {
 	if client == nil {
 		return nil
 	}
-	return &rdriver{client: client, cluster: client.Mode() == rueidis.ClientModeCluster}
+	d := &rdriver{client: client, cluster: client.Mode() == rueidis.ClientModeCluster}
+	if !d.cluster {
+		d.pubsub = &pubsub{client: client}
+	}
+	return d
 }
 
 // rdriver is the driver on a rueidis client. It holds no lock of its own:
@@ -46,7 +50,8 @@ func Driver(client rueidis.Client) driver.Driver {
 // lease's state.
 type rdriver struct {
 	client  rueidis.Client
-	cluster bool // Redis Cluster: shard channels, and Scan over the masters
+	cluster bool    // Redis Cluster: shard channels, and Scan over the masters
+	pubsub  *pubsub // the subscriptions' connection; nil on Cluster (subscribe.go)
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease"
@@ -456,18 +457,73 @@ func TestNilClient(t *testing.T) {
 	}
 }
 
-// A subscription ends with its rueidis client.
-func TestSubscriptionEndsWithItsClient(t *testing.T) {
+// singleServer starts a redis-server, and returns a go-redis client of it
+// (for looking on), a rueidis client (closed at the test's end) and a
+// context of 10 s.
+func singleServer(t *testing.T) (*redis.Client, rueidis.Client, context.Context) {
 	s := servertest.Start(t, servertest.RedisServer)
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}})
 	must(t, err)
+	t.Cleanup(c.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	sub, err := Driver(c).Subscribe(ctx, "ch", func(string) {})
+	t.Cleanup(cancel)
+	return s.Client(t), c, ctx
+}
+
+// A subscription made before its rueidis client's Close lasts until its
+// own Close: its connection is the driver's own (Dedicate), which the
+// client's Close leaves open. A subscription asked for after the client's
+// Close fails with ErrClosing.
+func TestSubscriptionOutlivesItsClientsClose(t *testing.T) {
+	rdb, c, ctx := singleServer(t)
+	d := Driver(c)
+	var m messages
+	sub, err := d.Subscribe(ctx, "ch", m.handle)
 	must(t, err)
 	c.Close()
-	servertest.Recv(t, sub.Done(), 10*time.Second)
+	eq(t, rdb.Publish(ctx, "ch", "after").Val(), int64(1), "receivers after the client's Close")
+	servertest.WaitFor(t, 10*time.Second, func() bool { return m.n.Load() == 1 })
+	if isClosed(sub.Done()) {
+		t.Fatal("Done after the client's Close")
+	}
 	must(t, sub.Close(ctx))
+	eq(t, rdb.PubSubNumSub(ctx, "ch").Val()["ch"], int64(0), "subscribers after Close")
+	if _, err := d.Subscribe(ctx, "other", m.handle); !errors.Is(err, rueidis.ErrClosing) {
+		t.Fatalf("Subscribe on a closed client: %v, want ErrClosing", err)
+	}
+}
+
+// The subscriptions of a driver without Cluster share one connection of
+// their own, which the client's other requests do not use, and which
+// closes with the last of them.
+func TestSubscriptionsShareOneDedicatedConnection(t *testing.T) {
+	rdb, c, ctx := singleServer(t)
+	d := Driver(c)
+	pubsubClients := func() int {
+		n := 0
+		for _, line := range strings.Split(rdb.ClientList(ctx).Val(), "\n") {
+			if strings.Contains(line, "sub=1") || strings.Contains(line, "sub=2") {
+				n++
+			}
+		}
+		return n
+	}
+	var m messages
+	a, err := d.Subscribe(ctx, "a", m.handle)
+	must(t, err)
+	b, err := d.Subscribe(ctx, "b", m.handle)
+	must(t, err)
+	eq(t, pubsubClients(), 1, "connections subscribed to a and b")
+	must(t, c.Do(ctx, c.B().Ping().Build()).Error())
+	must(t, a.Close(ctx))
+	eq(t, pubsubClients(), 1, "connections subscribed after a's Close")
+	must(t, b.Close(ctx))
+	servertest.WaitFor(t, 10*time.Second, func() bool { return pubsubClients() == 0 })
+	// The next subscription dedicates a new connection.
+	a, err = d.Subscribe(ctx, "a", m.handle)
+	must(t, err)
+	eq(t, rdb.Publish(ctx, "a", "x").Val(), int64(1), "receivers of a")
+	must(t, a.Close(ctx))
 }
 
 // A subscription that Redis does not confirm before ctx ends is not made;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -13,29 +14,48 @@ import (
 // Subscriptions. Each is one Receive call of the client, on a goroutine
 // that the subscription owns: SUBSCRIBE, or on Cluster SSUBSCRIBE on the
 // master that serves the channel's slot (SubscribeClassic: SUBSCRIBE there,
-// and UNSUBSCRIBE sent to the same node). rueidis puts it on a connection
-// that it shares with other commands (RESP3; with RESP2, on a connection
-// of its own for all subscriptions), and delivers its messages to the
-// goroutine.
+// and UNSUBSCRIBE sent to the same node).
 //
-// What Receive does when things change (unless ClientOption.DisableRetry,
-// and as of the versions named in the package documentation):
+// Without Cluster (a single server, Sentinel), every subscription of the
+// driver goes on one connection of its own, taken from the client with
+// Dedicate when the first one starts and closed when the last one ends:
+// rueidis writes and reads a request on the caller's goroutine while
+// nothing else uses the connection and the request's context allows it,
+// and a Receive on the shared connection would end that for good (every
+// request would then go through the pipelining goroutines: an uncontended
+// acquire and release took 1.3 to 1.4 times as long, see
+// docs/PERFORMANCE.md). The connection breaks: each subscription on it
+// takes a new one and subscribes again, after a backoff (10 ms, doubling
+// up to 1 s), for as long as it is not closed, as rueidis does on the
+// shared connection; messages published meanwhile are lost, which
+// redlease's timers cover. A dedicated connection is not closed by the
+// client's Close: a subscription made before the client was closed lasts
+// until its own Close (or until its connection breaks), so close the
+// redlease Client before the rueidis client. (With RESP2, rueidis puts
+// the dedicated connection's subscriptions on one more connection of
+// their own.)
+//
+// On Cluster, rueidis puts a subscription on the connection to the node
+// that it shares with other commands, and what Receive does when things
+// change (unless ClientOption.DisableRetry, and as of the versions named
+// in the package documentation):
 //   - The connection breaks: Receive subscribes again on a new one, with
-//     backoff (at most 1 s), for as long as its context lasts. On Cluster
-//     each try goes to the node that the slot map names then, and the
-//     failure has the map refreshed in the background, so the
-//     subscription follows a failover; a MOVED answer is retried the same
-//     way. The subscription stays: messages published meanwhile are lost,
-//     which redlease's timers cover.
-//   - On Cluster the channel's slot moves to another node: the node sends
+//     backoff (at most 1 s), for as long as its context lasts. Each try
+//     goes to the node that the slot map names then, and the failure has
+//     the map refreshed in the background, so the subscription follows a
+//     failover; a MOVED answer is retried the same way. The subscription
+//     stays: messages published meanwhile are lost.
+//   - The channel's slot moves to another node: the node sends
 //     sunsubscribe, Receive returns nil, and the subscription ends (Done).
-//   - The rueidis client is closed (ErrClosing), the server refuses the
-//     subscribe, or DisableRetry is set and the connection breaks: Receive
-//     returns its error, and the subscription ends.
+//
+// Everywhere, the subscription ends (Done) with Receive's error when the
+// server refuses the subscribe, or the rueidis client is closed
+// (ErrClosing) when a subscription needs a connection.
 
 // subscription is one channel subscribed with Subscribe.
 type subscription struct {
 	client  rueidis.Client
+	ps      *pubsub           // the dedicated connection's keeper; nil on Cluster
 	unsub   rueidis.Completed // UNSUBSCRIBE or SUNSUBSCRIBE channel
 	handle  func(string)
 	cancel  context.CancelFunc // ends Receive
@@ -47,6 +67,7 @@ type subscription struct {
 
 	mu     sync.Mutex // held while handle runs, so that Close can stop it
 	closed bool
+	dc     rueidis.DedicatedClient // the connection the subscription is on; nil on Cluster
 }
 
 // Subscribe implements driver.Driver: it starts Receive on a goroutine of
@@ -76,7 +97,7 @@ func (d *rdriver) SubscribeClassic(ctx context.Context, channel string, handle f
 func (d *rdriver) subscribe(ctx context.Context, channel string, handle func(payload string), classic bool) (driver.Subscription, error) {
 	b := d.client.B()
 	var sub rueidis.Completed
-	s := &subscription{client: d.client, handle: handle,
+	s := &subscription{client: d.client, ps: d.pubsub, handle: handle,
 		ready: make(chan struct{}), done: make(chan struct{}), exited: make(chan struct{})}
 	switch {
 	case classic:
@@ -116,11 +137,94 @@ func (d *rdriver) subscribe(ctx context.Context, channel string, handle func(pay
 // called.
 func (s *subscription) receive(ctx context.Context, sub rueidis.Completed) {
 	defer close(s.exited)
-	s.err = s.client.Receive(ctx, sub, func(m rueidis.PubSubMessage) { s.deliver(m.Message) })
+	fn := func(m rueidis.PubSubMessage) { s.deliver(m.Message) }
+	if s.ps == nil {
+		s.err = s.client.Receive(ctx, sub, fn)
+	} else {
+		s.err = s.receiveDedicated(ctx, sub, fn)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
 		close(s.done)
+	}
+}
+
+// Backoff of a subscription whose dedicated connection broke.
+const (
+	resubscribeMin = 10 * time.Millisecond
+	resubscribeMax = time.Second
+)
+
+// receiveDedicated runs Receive on the driver's dedicated connection, and
+// again on a new one when the connection breaks, until ctx ends, the
+// server ends the subscription (nil) or refuses it, or the client is
+// closed.
+func (s *subscription) receiveDedicated(ctx context.Context, sub rueidis.Completed, fn func(rueidis.PubSubMessage)) error {
+	for failures := 0; ; failures++ {
+		dc := s.ps.take()
+		s.mu.Lock()
+		s.dc = dc
+		s.mu.Unlock()
+		began := time.Now()
+		err := dc.Receive(ctx, sub, fn)
+		var rerr *rueidis.RedisError
+		broken := err != nil && ctx.Err() == nil && !errors.As(err, &rerr) &&
+			!errors.Is(err, rueidis.ErrClosing) && !errors.Is(err, rueidis.ErrDedicatedClientRecycled)
+		s.ps.give(dc, broken)
+		if !broken {
+			return err
+		}
+		if time.Since(began) > resubscribeMax { // it had been up: not a failure in a row
+			failures = 0
+		}
+		t := time.NewTimer(min(resubscribeMin<<min(failures, 7), resubscribeMax))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// pubsub keeps the dedicated connection that a non-Cluster driver's
+// subscriptions share (see the top of this file).
+type pubsub struct {
+	client rueidis.Client
+
+	mu    sync.Mutex
+	dc    rueidis.DedicatedClient // nil when no subscription has it
+	users int                     // subscriptions between take and give
+}
+
+// take returns the connection, dedicating one if there is none. Dedicate
+// dials (bounded by the client's dial timeout) under p.mu: the other
+// subscriptions would wait for that connection anyway.
+func (p *pubsub) take() rueidis.DedicatedClient {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dc == nil {
+		p.dc, _ = p.client.Dedicate() // closed, not given back: see give
+	}
+	p.users++
+	return p.dc
+}
+
+// give ends a take of dc: its Receive has returned. The connection closes
+// when dc broke (the next take dedicates another) or nobody uses it any
+// more; closing, rather than giving it back to the client's pool, also
+// ends on the server whatever it was still subscribed to.
+func (p *pubsub) give(dc rueidis.DedicatedClient, broken bool) {
+	p.mu.Lock()
+	p.users--
+	var end rueidis.DedicatedClient
+	if p.dc != nil && (p.users == 0 || broken && p.dc == dc) {
+		end, p.dc = p.dc, nil
+	}
+	p.mu.Unlock()
+	if end != nil {
+		end.Close()
 	}
 }
 
@@ -142,21 +246,32 @@ func (s *subscription) Ready() <-chan struct{} { return s.ready }
 func (s *subscription) Done() <-chan struct{} { return s.done }
 
 // Close implements driver.Subscription. It sends UNSUBSCRIBE (SUNSUBSCRIBE)
-// with ctx; the server's confirmation ends Receive, which rueidis routes to
-// the connection that carries the subscription (by the channel's slot on
-// Cluster). Then it ends Receive by its context, in case the unsubscribe
+// with ctx, on the subscription's dedicated connection, or on Cluster
+// through the client, which routes it to the connection that carries the
+// subscription (by the channel's slot); the server's confirmation ends
+// Receive. Then it ends Receive by its context, in case the unsubscribe
 // did not, and waits for the goroutine until ctx ends. An UNSUBSCRIBE is
 // needed: a Receive ended by its context alone leaves the connection
-// subscribed on the server. handle is not called once Close has begun.
+// subscribed on the server (a dedicated connection that nobody uses any
+// more is closed instead). handle is not called once Close has begun.
 func (s *subscription) Close(ctx context.Context) error {
 	s.mu.Lock()
 	first := !s.closed
 	s.closed = true
+	dc := s.dc
 	s.mu.Unlock()
 
 	var err error
-	if first && !isClosed(s.exited) {
+	switch {
+	case !first || isClosed(s.exited):
+	case s.ps == nil:
 		err = errorOf(s.client.Do(ctx, s.unsub))
+	case dc != nil:
+		// A connection that broke meanwhile, or that was given up, has
+		// nothing left to unsubscribe.
+		if err = errorOf(dc.Do(ctx, s.unsub)); errors.Is(err, rueidis.ErrDedicatedClientRecycled) {
+			err = nil
+		}
 	}
 	s.cancel()
 	select {

@@ -36,7 +36,11 @@ func Driver(client valkey.Client) driver.Driver {
 	if client == nil {
 		return nil
 	}
-	return &rdriver{client: client, cluster: client.Mode() == valkey.ClientModeCluster}
+	d := &rdriver{client: client, cluster: client.Mode() == valkey.ClientModeCluster}
+	if !d.cluster {
+		d.pubsub = &pubsub{client: client}
+	}
+	return d
 }
 
 // rdriver is the driver on a valkey-go client. It holds no lock of its own:
@@ -48,7 +52,8 @@ func Driver(client valkey.Client) driver.Driver {
 // lease's state.
 type rdriver struct {
 	client  valkey.Client
-	cluster bool // Redis Cluster: shard channels, and Scan over the masters
+	cluster bool    // Redis Cluster: shard channels, and Scan over the masters
+	pubsub  *pubsub // the subscriptions' connection; nil on Cluster (subscribe.go)
 }
 
 var (
