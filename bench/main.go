@@ -41,7 +41,7 @@ func main() {
 		quick   = flag.Bool("quick", false, "a short run to check that everything works; its numbers mean little")
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
 		parts   = flag.String("parts", "pairs,parallel,share,hot,scale", "which parts to run (comma-separated; also share: the server's CPU per pair, pipelined)")
-		rows    = flag.String("rows", "", "pairs and parallel parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
+		rows    = flag.String("rows", "", "pairs, parallel and hot parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
 	)
 	flag.Parse()
@@ -175,6 +175,8 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	}
 	if !slices.Contains(parts, "hot") {
 		hotImpls = nil
+	} else if hotImpls, err = chooseRows(hotImpls, rows); err != nil {
+		return err
 	}
 	if !slices.Contains(parts, "scale") {
 		p.scales = nil
