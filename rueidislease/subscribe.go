@@ -168,9 +168,11 @@ func (s *subscription) receiveDedicated(ctx context.Context, sub rueidis.Complet
 		s.mu.Unlock()
 		began := time.Now()
 		err := dc.Receive(ctx, sub, fn)
+		// Broken: an error of the connection. ErrDedicatedClientRecycled is
+		// one too: another subscription found the connection broken and
+		// closed it between this take and this Receive.
 		var rerr *rueidis.RedisError
-		broken := err != nil && ctx.Err() == nil && !errors.As(err, &rerr) &&
-			!errors.Is(err, rueidis.ErrClosing) && !errors.Is(err, rueidis.ErrDedicatedClientRecycled)
+		broken := err != nil && ctx.Err() == nil && !errors.As(err, &rerr) && !errors.Is(err, rueidis.ErrClosing)
 		s.ps.give(dc, broken)
 		if !broken {
 			return err

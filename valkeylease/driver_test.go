@@ -517,6 +517,22 @@ func TestSubscriptionsShareOneDedicatedConnection(t *testing.T) {
 	must(t, err)
 	eq(t, pubsubClients(), 1, "connections subscribed to a and b")
 	must(t, c.Do(ctx, c.B().Ping().Build()).Error())
+
+	// The connection breaks: both subscribe again, on one new connection.
+	killed, err := rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+	must(t, err)
+	eq(t, killed, int64(1), "connections killed")
+	servertest.WaitFor(t, 10*time.Second, func() bool {
+		n := rdb.PubSubNumSub(ctx, "a", "b").Val()
+		return n["a"] == 1 && n["b"] == 1
+	})
+	eq(t, pubsubClients(), 1, "connections subscribed to a and b after the kill")
+	if isClosed(a.Done()) || isClosed(b.Done()) {
+		t.Fatal("Done after the connection broke")
+	}
+	before := m.n.Load()
+	eq(t, rdb.Publish(ctx, "a", "x").Val()+rdb.Publish(ctx, "b", "y").Val(), int64(2), "receivers of a and b")
+	servertest.WaitFor(t, 10*time.Second, func() bool { return m.n.Load() == before+2 })
 	must(t, a.Close(ctx))
 	eq(t, pubsubClients(), 1, "connections subscribed after a's Close")
 	must(t, b.Close(ctx))

@@ -170,9 +170,11 @@ func (s *subscription) receiveDedicated(ctx context.Context, sub valkey.Complete
 		s.mu.Unlock()
 		began := time.Now()
 		err := dc.Receive(ctx, sub, fn)
+		// Broken: an error of the connection. ErrDedicatedClientRecycled is
+		// one too: another subscription found the connection broken and
+		// closed it between this take and this Receive.
 		var rerr *valkey.ValkeyError
-		broken := err != nil && ctx.Err() == nil && !errors.As(err, &rerr) &&
-			!errors.Is(err, valkey.ErrClosing) && !errors.Is(err, valkey.ErrDedicatedClientRecycled)
+		broken := err != nil && ctx.Err() == nil && !errors.As(err, &rerr) && !errors.Is(err, valkey.ErrClosing)
 		s.ps.give(dc, broken)
 		if !broken {
 			return err
