@@ -22,9 +22,9 @@ import (
 // rueidis writes and reads a request on the caller's goroutine while
 // nothing else uses the connection and the request's context allows it,
 // and a Receive on the shared connection would end that for good (every
-// request would then go through the pipelining goroutines: an uncontended
-// acquire and release took 1.3 to 1.4 times as long, see
-// docs/PERFORMANCE.md). The connection breaks: each subscription on it
+// request would then go through the pipelining goroutines: the bench's
+// uncontended fenced floor took 1.3 to 1.7 times as long on a subscribed
+// client, see docs/PERFORMANCE.md). The connection breaks: each subscription on it
 // takes a new one and subscribes again, after a backoff (10 ms, doubling
 // up to 1 s), for as long as it is not closed, as rueidis does on the
 // shared connection; messages published meanwhile are lost, which
