@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/require"
@@ -232,18 +234,25 @@ func (d *failingSubscribes) Subscribe(ctx context.Context, channel string, handl
 	return d.Driver.Subscribe(ctx, channel, handle)
 }
 
+// failingClient returns a Client on miniredis whose driver refuses the
+// first fails subscribes, that driver, and a go-redis client of the server.
+func failingClient(t *testing.T, fails int32, opts ...Option) (*redis.Client, *failingSubscribes, *Client) {
+	_, rdb := servertest.Mini(t)
+	gd, err := goredis.New(rdb, true)
+	require.NoError(t, err)
+	d := &failingSubscribes{Driver: gd}
+	d.fail.Store(fails)
+	c := NewWithDriver(d, opts...)
+	closeAtEnd(t, c)
+	return rdb, d, c
+}
+
 // A break channel whose subscribe failed is subscribed again while the
 // Client holds leases (not only at its next first lease), so that a
 // holder of a long lease hears of a Break.
 func TestBreakChannelIsSubscribedAgainAfterAFailure(t *testing.T) {
-	_, rdb := servertest.Mini(t)
+	rdb, d, c := failingClient(t, 2, WithTTL(30*time.Second))
 	ctx := t.Context()
-	gd, err := goredis.New(rdb, true)
-	require.NoError(t, err)
-	d := &failingSubscribes{Driver: gd}
-	d.fail.Store(2)
-	c := NewWithDriver(d, WithTTL(30*time.Second))
-	closeAtEnd(t, c)
 	l, err := c.TryAcquire(ctx, "long")
 	require.NoError(t, err)
 	watchingBreaks(t, c, DefaultPrefix, c.hub.id) // after 100 ms and 200 ms more
@@ -261,14 +270,8 @@ func TestBreakChannelIsSubscribedAgainAfterAFailure(t *testing.T) {
 // Once the Client holds no lease, a failed break channel is not tried
 // again.
 func TestBreakChannelIsNotSubscribedAgainWhenNothingIsHeld(t *testing.T) {
-	_, rdb := servertest.Mini(t)
+	_, d, c := failingClient(t, 1000)
 	ctx := t.Context()
-	gd, err := goredis.New(rdb, true)
-	require.NoError(t, err)
-	d := &failingSubscribes{Driver: gd}
-	d.fail.Store(1000)
-	c := NewWithDriver(d)
-	closeAtEnd(t, c)
 	l, err := c.TryAcquire(ctx, "short")
 	require.NoError(t, err)
 	servertest.WaitFor(t, 5*time.Second, func() bool { return d.made.Load() >= 1 })

@@ -155,8 +155,8 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 		// Everything due within a tenth of its interval goes now, so
 		// leases taken at nearly the same time share a pipeline.
 		for len(w.queue) > 0 && len(batch) < driver.MaxBatch {
-			next := w.queue[0].l
-			if next.renewAt.Sub(now) > next.timing().interval()/10 {
+			next := w.queue[0]
+			if next.at.Sub(now) > next.l.timing().interval()/10 {
 				break
 			}
 			batch = append(batch, heap.Pop(&w.queue).(*Lease))
