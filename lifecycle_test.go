@@ -1,7 +1,6 @@
 package redlease
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"sync"
@@ -327,7 +326,7 @@ func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
 	require.NoError(t, err)
 	c.wd.mu.Lock()
 	require.GreaterOrEqual(t, l.index, 0, "queued for renewal")
-	heap.Remove(&c.wd.queue, l.index) // as the watchdog does with a lease it gives up on
+	c.wd.queue.remove(l.index) // as the watchdog does with a lease it gives up on
 	c.wd.mu.Unlock()
 	require.NoError(t, l.Refresh(ctx))
 	c.wd.mu.Lock()

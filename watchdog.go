@@ -1,7 +1,6 @@
 package redlease
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -57,12 +56,10 @@ func (w *watchdog) schedule(l *Lease, at time.Time) {
 	if l.ended {
 		return
 	}
-	l.renewAt = at
 	if l.index >= 0 {
-		w.queue[l.index].at = at
-		heap.Fix(&w.queue, l.index)
+		w.queue.move(l, at)
 	} else {
-		heap.Push(&w.queue, l)
+		w.queue.push(l, at)
 	}
 	switch {
 	case !w.running:
@@ -87,8 +84,8 @@ func (w *watchdog) unschedule(l *Lease) {
 	if l.index < 0 {
 		return
 	}
-	heap.Remove(&w.queue, l.index)
-	if len(w.queue) == 0 && w.inflight == 0 && w.sleepUntil.Sub(w.clk.Now()) > watchdogLinger {
+	w.queue.remove(l.index)
+	if w.queue.len() == 0 && w.inflight == 0 && w.sleepUntil.Sub(w.clk.Now()) > watchdogLinger {
 		w.signalLocked() // so that the loop lingers, then ends, on time
 	}
 }
@@ -142,7 +139,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 	defer w.mu.Unlock()
 	w.asleep = false
 	switch {
-	case len(w.queue) == 0 && w.inflight == 0:
+	case w.queue.len() == 0 && w.inflight == 0:
 		if idleSince.IsZero() {
 			*idleSince = now
 		}
@@ -150,21 +147,22 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 			w.running, w.sleepUntil = false, time.Time{}
 			return nil, 0, true
 		}
-	case w.inflight < maxInflight && len(w.queue) > 0:
+	case w.inflight < maxInflight && w.queue.len() > 0:
 		*idleSince = time.Time{}
 		// Everything due within a tenth of its interval goes now, so
 		// leases taken at nearly the same time share a pipeline.
-		for len(w.queue) > 0 && len(batch) < driver.MaxBatch {
-			next := w.queue[0]
-			if next.at.Sub(now) > next.l.timing().interval()/10 {
+		for w.queue.len() > 0 && len(batch) < driver.MaxBatch {
+			next, in := w.queue.first(now)
+			if in > next.timing().interval()/10 {
+				if len(batch) == 0 {
+					wait = in
+				}
 				break
 			}
-			batch = append(batch, heap.Pop(&w.queue).(*Lease))
+			batch = append(batch, w.queue.pop())
 		}
 		if len(batch) > 0 {
 			w.inflight++
-		} else {
-			wait = w.queue[0].at.Sub(now)
 		}
 	default:
 		*idleSince = time.Time{}
@@ -252,8 +250,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 	w.inflight--
 	for _, r := range again {
 		if !r.l.ended && r.l.index < 0 {
-			r.l.renewAt = r.at
-			heap.Push(&w.queue, r.l)
+			w.queue.push(r.l, r.at)
 		}
 	}
 	w.signalLocked()
@@ -281,41 +278,6 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (replies []int64, errs
 		replies[i], errs[i] = wire.Int(r)
 	}
 	return replies, errs
-}
-
-// renewQueue is a min-heap of leases by next renewal time. Each entry holds
-// its lease's renewAt, so that ordering the heap reads no Lease: with many
-// leases on one Client, each Lease read there is likely a cache miss.
-type renewQueue []renewEntry
-
-type renewEntry struct {
-	at time.Time // l.renewAt
-	l  *Lease
-}
-
-func (q renewQueue) Len() int           { return len(q) }
-func (q renewQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q renewQueue) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].l.index = i
-	q[j].l.index = j
-}
-
-// Push adds x, a *Lease (an interface holding a pointer costs no
-// allocation, as a renewEntry would).
-func (q *renewQueue) Push(x any) {
-	l := x.(*Lease)
-	l.index = len(*q)
-	*q = append(*q, renewEntry{at: l.renewAt, l: l})
-}
-func (q *renewQueue) Pop() any {
-	old := *q
-	n := len(old)
-	l := old[n-1].l
-	old[n-1] = renewEntry{}
-	l.index = -1
-	*q = old[:n-1]
-	return l
 }
 
 // sleeping records that the loop, its timer armed, waits for it or for a
