@@ -4,9 +4,9 @@ import "time"
 
 // renewQueue orders the watchdog's leases by next renewal time: a min-heap
 // with four children per node. With 100,000 leases on one Client, popping
-// the leases that fall due was a fifth of the watchdog's CPU as a binary
-// heap (container/heap): every level a sift passes writes the moved
-// Lease's index, a likely cache miss. Four children per node halve the
+// the leases that fall due off a binary heap (container/heap) took a fifth
+// of the process's CPU while it held them: every level a sift passes
+// writes the moved Lease's index, a likely cache miss. Four children per node halve the
 // levels, and each entry is 16 bytes, so a node's children share one or two
 // cache lines. Times are kept as durations since the queue's first entry,
 // which keeps the ordering monotonic as time.Time's Sub does.
