@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redlease/redlease"
+	"github.com/redlease/redlease/internal/embedded"
 )
 
 // Expire makes the lease of resource lapse in Redis now, as if its TTL had
@@ -153,7 +154,7 @@ func (k *Kit) restore() {
 	if !k.down {
 		return
 	}
-	if err := k.mr.Restart(); err != nil {
+	if err := embedded.Restart(k.mr); err != nil {
 		k.tb.Fatalf("redleasetest: Restore: restarting the embedded Redis: %v", err)
 	}
 	k.down = false

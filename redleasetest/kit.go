@@ -12,6 +12,7 @@ import (
 
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/internal/clock"
+	"github.com/redlease/redlease/internal/embedded"
 )
 
 // Kit is an embedded Redis, the redlease Clients of a test on it, and the
@@ -54,7 +55,7 @@ const patience = 5 * time.Second
 func New(tb testing.TB, opts ...redlease.Option) *Kit {
 	tb.Helper()
 	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
+	if err := embedded.Start(mr); err != nil {
 		tb.Fatalf("redleasetest: starting the embedded Redis: %v", err)
 	}
 	start := time.Now().Round(0) // no monotonic reading: the clock is the Kit's

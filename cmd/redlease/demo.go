@@ -16,6 +16,7 @@ import (
 
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/fencing"
+	"github.com/redlease/redlease/internal/embedded"
 )
 
 const demoHelp = `usage: redlease demo [flags]
@@ -143,8 +144,8 @@ func invoiceWriter(rdb redis.UniversalClient, key string) fencedWrite {
 // embeddedRedis starts a miniredis whose clock follows real time, and
 // returns it with a function that stops it.
 func embeddedRedis() (*miniredis.Miniredis, func(), error) {
-	mr, err := miniredis.Run()
-	if err != nil {
+	mr := miniredis.NewMiniRedis()
+	if err := embedded.Start(mr); err != nil {
 		return nil, nil, err
 	}
 	// miniredis expires keys only when told time has passed.

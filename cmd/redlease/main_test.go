@@ -35,6 +35,20 @@ func TestDemoOnEmbeddedRedis(t *testing.T) {
 	}
 }
 
+// The demo on its embedded Redis runs under GODEBUG=fips140=only, where
+// crypto/sha1 panics: miniredis names scripts by their SHA-1, and the
+// demo crashed at its first acquire.
+func TestDemoOnEmbeddedRedisUnderFIPSOnly(t *testing.T) {
+	cmd, out, errOut := redleaseProcess(t, "demo", "-ttl", "300ms")
+	cmd.Env = append(cmd.Env, "GODEBUG=fips140=only")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("under fips140=only: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	if want := `the invoice says "paid by B"`; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{nil, {"nope"}, {"demo", "-ttl", "banana"}, {"demo", "extra"}} {
 		var out, errOut bytes.Buffer
