@@ -388,6 +388,23 @@ func TestSubscriptionEndsWhenItsSlotMoves(t *testing.T) {
 	}
 }
 
+// Close of a subscription whose Receive has returned by itself sends no
+// unsubscribe, also in the moment between Done closing and the goroutine's
+// end: the server has unsubscribed the channel already (on Cluster when its
+// slot moved), and Valkey answers an unsubscribe then with NOSUB, which
+// TestSubscriptionEndsWhenItsSlotMoves met. The subscription here has no
+// client: an unsubscribe would panic.
+func TestCloseAfterDoneSendsNoUnsubscribe(t *testing.T) {
+	exited := make(chan struct{})
+	s := &subscription{done: make(chan struct{}), exited: exited, cancel: func() { close(exited) }}
+	close(s.done) // receive has closed done; it has not returned yet
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
 // Classify: a refused dial is not sent.
 func TestClassifyRefusedDial(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {

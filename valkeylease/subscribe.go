@@ -263,11 +263,15 @@ func (s *subscription) Close(ctx context.Context) error {
 	first := !s.closed
 	s.closed = true
 	dc := s.dc
+	// Done closed: Receive returned by itself (on Cluster, the server
+	// unsubscribed the channel when its slot moved), and an unsubscribe
+	// now would get NOSUB. exited closes a moment later.
+	ended := isClosed(s.done)
 	s.mu.Unlock()
 
 	var err error
 	switch {
-	case !first || isClosed(s.exited):
+	case !first || ended || isClosed(s.exited):
 	case s.ps == nil:
 		err = errorOf(s.client.Do(ctx, s.unsub))
 	case dc != nil:
