@@ -41,9 +41,8 @@ type Lease struct {
 	renewing chan struct{}
 
 	// Guarded by c.wd.mu (watchdog.go).
-	renewAt time.Time
-	index   int  // in the watchdog's queue; -1 when not queued
-	ended   bool // never queue again
+	index int  // in the watchdog's queue; -1 when not queued
+	ended bool // never queue again
 
 	// Release's own state, under relMu.
 	relMu    sync.Mutex // serialises Release

@@ -332,5 +332,5 @@ func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
 	c.wd.mu.Lock()
 	defer c.wd.mu.Unlock()
 	require.GreaterOrEqual(t, l.index, 0, "queued for renewal again")
-	require.WithinDuration(t, time.Now().Add(l.cfg.interval()), l.renewAt, time.Second)
+	require.WithinDuration(t, time.Now().Add(l.cfg.interval()), c.wd.queue.timeOf(l), time.Second)
 }

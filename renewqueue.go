@@ -40,7 +40,6 @@ func (q *renewQueue) first(now time.Time) (*Lease, time.Duration) {
 
 // push queues l, which is not queued, for renewal at at.
 func (q *renewQueue) push(l *Lease, at time.Time) {
-	l.renewAt = at
 	q.e = append(q.e, renewEntry{at: q.key(at), l: l})
 	q.up(len(q.e) - 1)
 }
@@ -54,7 +53,6 @@ func (q *renewQueue) pop() *Lease {
 
 // move changes the renewal time of the queued lease l to at.
 func (q *renewQueue) move(l *Lease, at time.Time) {
-	l.renewAt = at
 	q.e[l.index].at = q.key(at)
 	if !q.down(l.index) {
 		q.up(l.index)

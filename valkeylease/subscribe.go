@@ -26,10 +26,10 @@ import (
 // and a Receive on the shared connection would end that for good (every
 // request would then go through the pipelining goroutines: the bench's
 // uncontended fenced floor took 1.3 to 1.7 times as long on a subscribed
-// client, see docs/PERFORMANCE.md). The connection breaks: each subscription on it
-// takes a new one and subscribes again, after a backoff (10 ms, doubling
-// up to 1 s), for as long as it is not closed, as valkey-go does on the
-// shared connection; messages published meanwhile are lost, which
+// client, see docs/PERFORMANCE.md). The connection breaks: each
+// subscription on it takes a new one and subscribes again, after a backoff
+// (10 ms, doubling up to 1 s), for as long as it is not closed, as valkey-go
+// does on the shared connection; messages published meanwhile are lost, which
 // redlease's timers cover. A dedicated connection is not closed by the
 // client's Close: a subscription made before the client was closed lasts
 // until its own Close (or until its connection breaks), so close the
