@@ -31,6 +31,9 @@ import (
 // scripts by hand with EVALSHA, keys and owner token made once: the floor
 // that the rest of the client adds to. Semaphore/permits=N takes the last
 // free permit of N (the others held), Read and Write a read/write lease.
+// Acquire/deadline=3s gives each pair a request handler's context, with a
+// deadline that go-redis without ContextTimeoutEnabled does not keep: the
+// acquire goes out on a goroutine of its own (goroutines/op 1).
 func BenchmarkAcquireRelease(b *testing.B) {
 	srv := servertest.Redis(b)
 	pair := func(opts ...WaitOption) func(*Client) func(context.Context) error {
@@ -59,6 +62,14 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}},
 		{"Acquire/autorenew=off", pair(WithAutoRenew(false))},
+		{"Acquire/deadline=3s", func(c *Client) func(context.Context) error {
+			p := pair()(c)
+			return func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				return p(ctx)
+			}
+		}},
 		{"Semaphore/permits=1", semaphorePair(1)},
 		{"Semaphore/permits=10", semaphorePair(10)},
 		{"Semaphore/permits=1000", semaphorePair(1000)},
