@@ -110,7 +110,9 @@ func guardianMain(args []string, stderr io.Writer) int {
 	g.apply(first)
 	reaped := make(chan syscall.WaitStatus)
 	go g.reap(reaped)
-	return g.loop(states, reaped)
+	code := g.loop(states, reaped)
+	g.collect()
+	return code
 }
 
 // guardianPipes returns the control pipe (fd 3) and the report pipe (fd 4)
@@ -189,6 +191,27 @@ func (g *guardian) reap(out chan<- syscall.WaitStatus) {
 			return
 		case pid == g.pgid:
 			out <- ws
+		}
+	}
+}
+
+// collect reaps, before the guardian exits, the processes of the group
+// that have exited but not been collected yet. They are the guardian's
+// children (COMMAND, and as a subreaper its orphans), and the guardian
+// may find the group gone, with only such zombies left (see groupAlive),
+// before reap has got to them. Left behind, they would pass to PID 1,
+// which in some containers never collects them, and they would keep the
+// group in existence: kill -0 would still find it, though nothing in it
+// runs.
+func (g *guardian) collect() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-g.pgid, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil, pid <= 0: // none left, or only running ones
+			return
 		}
 	}
 }

@@ -337,3 +337,36 @@ func TestRunChecksACommandPathBeforeTakingTheLease(t *testing.T) {
 		}
 	}
 }
+
+// The guardian collects the group's exited processes, its children, before
+// it exits (guardian.collect): otherwise, when it finds the group gone
+// before its reap goroutine got to them, they pass to PID 1, which in some
+// containers never collects them, and kill -0 still finds the group. CI
+// met this in TestRunKilledWithSIGKILLLeavesNothingOfItsGroupRunning: the
+// next holder's kill -0 saw the first holder's group 360 ms after the
+// guardian had found it gone.
+func TestGuardianCollectsTheGroupsExitedProcesses(t *testing.T) {
+	if _, ok := procState(os.Getpid()); !ok {
+		t.Skip("no /proc: the group's zombies cannot be told from its running processes")
+	}
+	cmd := exec.Command("sh", "-c", "exit 0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	eventually(t, 10*time.Second, "the command exited and not collected", func() bool {
+		s, ok := procState(pgid)
+		return ok && s == 'Z'
+	})
+	if groupAlive(pgid) {
+		t.Fatal("a group with only a zombie in it counts as alive")
+	}
+	if err := syscall.Kill(-pgid, 0); err != nil {
+		t.Fatalf("kill -0 of the group with a zombie: %v, want it found", err)
+	}
+	(&guardian{pgid: pgid}).collect()
+	if err := syscall.Kill(-pgid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("kill -0 of the group after collect: %v, want ESRCH", err)
+	}
+}
