@@ -202,6 +202,14 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 			}
 			rep.scale = append(rep.scale, r)
 		}
+		if n := slices.Max(append([]int{0}, p.scales...)); n > 0 {
+			logf("renewal floor: %d keys on %s", n, client)
+			r, err := renewFloor(ctx, srv, client, n, p.scaleWindow)
+			if err != nil {
+				return fmt.Errorf("renewal floor, %d keys on %s: %w", n, client, err)
+			}
+			rep.scaleFloor = append(rep.scaleFloor, r)
+		}
 	}
 	rep.duration = time.Since(began)
 	logf("done")

@@ -135,43 +135,7 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 	runtime.ReadMemStats(&ms1)
 	res.heapPerLease = float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc)) / float64(n)
 
-	// Sample the remaining TTL of 200 random leases every 200 ms, from a
-	// separate client: a renewal that runs late shows as a dip.
-	sampler := srv.client(nil, 2)
-	defer sampler.Close()
-	sampleKeys := make([]string, 200)
-	for i := range sampleKeys {
-		sampleKeys[i] = "redlease:{" + key(rand.IntN(n)) + "}:lease"
-	}
-	minPTTL := time.Duration(1<<63 - 1)
-	stopSampling := make(chan struct{})
-	sampled := make(chan error, 1)
-	go func() {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopSampling:
-				sampled <- nil
-				return
-			case <-t.C:
-			}
-			cmds, err := sampler.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range sampleKeys {
-					p.PTTL(ctx, k)
-				}
-				return nil
-			})
-			if err != nil {
-				sampled <- err
-				return
-			}
-			for _, cmd := range cmds {
-				minPTTL = min(minPTTL, cmd.(*redis.DurationCmd).Val())
-			}
-		}
-	}()
-
+	sampler := startSampler(ctx, srv, func() string { return "redlease:{" + key(rand.IntN(n)) + "}:lease" })
 	// Start the window half an interval later: leases taken at nearly the
 	// same moment renew together, and a window edge on their schedule
 	// would count a round or not by chance.
@@ -191,11 +155,9 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 	res.renewPerSec = float64(sent.Load()) / elapsed.Seconds()
 	res.cpu = float64(cpu1-cpu0) / float64(elapsed)
 	res.serverCPU = float64(st1.sub(st0).cpu) / float64(elapsed)
-	close(stopSampling)
-	if err := <-sampled; err != nil {
+	if res.minPTTL, err = sampler.stop(); err != nil {
 		return res, err
 	}
-	res.minPTTL = minPTTL
 	for _, l := range leases {
 		if l.Context().Err() != nil {
 			res.ended++
@@ -214,6 +176,58 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 		return res, err
 	}
 	return res, srv.flush(ctx)
+}
+
+// ttlSampler reads the remaining TTL of 200 random leases every 200 ms,
+// from a client of its own: a renewal that runs late shows as a dip.
+type ttlSampler struct {
+	quit chan struct{}
+	done chan error
+	min  time.Duration
+}
+
+// startSampler starts sampling 200 keys drawn by key.
+func startSampler(ctx context.Context, srv *server, key func() string) *ttlSampler {
+	s := &ttlSampler{quit: make(chan struct{}), done: make(chan error, 1), min: time.Duration(1<<63 - 1)}
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = key()
+	}
+	rdb := srv.client(nil, 2)
+	go func() {
+		defer rdb.Close()
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.quit:
+				s.done <- nil
+				return
+			case <-t.C:
+			}
+			cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.PTTL(ctx, k)
+				}
+				return nil
+			})
+			if err != nil {
+				s.done <- err
+				return
+			}
+			for _, cmd := range cmds {
+				s.min = min(s.min, cmd.(*redis.DurationCmd).Val())
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the smallest remaining TTL seen.
+func (s *ttlSampler) stop() (time.Duration, error) {
+	close(s.quit)
+	err := <-s.done
+	return s.min, err
 }
 
 // eachParallel calls f(0..n-1) from g goroutines and returns the first error.
