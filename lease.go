@@ -35,10 +35,15 @@ type Lease struct {
 	timer     clock.Timer
 
 	// renewing lets one renew request of the lease be on its way at a time
-	// (a semaphore: send to take it, receive to give it back), so that Redis
-	// applies their TTLs in the order the local deadline assumes: with
-	// Extend, two renewals may ask for different TTLs.
-	renewing chan struct{}
+	// (a semaphore: takeRenewal, or the watchdog's beginRenewal, takes it,
+	// endRenewal gives it back), so that Redis applies their TTLs in the
+	// order the local deadline assumes: with Extend, two renewals may ask
+	// for different TTLs. A flag under mu rather than a channel, as the
+	// watchdog takes it with the lease's other state: one lock per renewal,
+	// and no channel per lease. renewFree is made by a Refresh or Extend
+	// that waits for it, and closed when it is given back.
+	renewing  bool
+	renewFree chan struct{}
 
 	// Guarded by c.wd.mu (watchdog.go).
 	index int  // in the watchdog's queue; -1 when not queued
@@ -174,13 +179,44 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // renewTaking is renew, once the watchdog's renewal of the lease, or
 // another Refresh or Extend, is done with it, or ctx ends first.
 func (l *Lease) renewTaking(ctx context.Context, tm *config) error {
-	select {
-	case l.renewing <- struct{}{}:
-	case <-ctx.Done():
-		return errorf("renew %s: %w", quote(l.resource), context.Cause(ctx))
+	if err := l.takeRenewal(ctx); err != nil {
+		return err
 	}
-	defer func() { <-l.renewing }()
+	defer l.endRenewal()
 	return l.renew(ctx, tm)
+}
+
+// takeRenewal takes l.renewing, waiting for it until ctx ends.
+func (l *Lease) takeRenewal(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		if !l.renewing {
+			l.renewing = true
+			l.mu.Unlock()
+			return nil
+		}
+		if l.renewFree == nil {
+			l.renewFree = make(chan struct{})
+		}
+		free := l.renewFree
+		l.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return errorf("renew %s: %w", quote(l.resource), context.Cause(ctx))
+		}
+	}
+}
+
+// endRenewal gives l.renewing back.
+func (l *Lease) endRenewal() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewing = false
+	if l.renewFree != nil {
+		close(l.renewFree)
+		l.renewFree = nil
+	}
 }
 
 // renew sends one compare-and-renew of the lease (l.renewing taken): with the

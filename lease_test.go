@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -567,4 +568,88 @@ func TestRefreshWaitsForTheWatchdogsRenewalWithinItsContext(t *testing.T) {
 	close(g.open)
 	require.NoError(t, l.Refresh(t.Context()), "once the watchdog is done with it")
 	require.NoError(t, l.Release(t.Context()))
+}
+
+// inflightRefreshes counts the refresh scripts on their way at once, alone
+// or in the watchdog's pipelines, and the most seen.
+type inflightRefreshes struct {
+	now, most, total atomic.Int64
+}
+
+func (h *inflightRefreshes) refreshes(cmds ...redis.Cmder) int64 {
+	var n int64
+	for _, cmd := range cmds {
+		a := cmd.Args()
+		if len(a) < 2 || a[0] != "evalsha" {
+			continue
+		}
+		hash, _ := a[1].(string)
+		if p, ok := a[1].(*string); ok { // the driver's, to spare an allocation
+			hash = *p
+		}
+		if hash == wire.Named("refresh.lua").Hash() {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *inflightRefreshes) around(n int64, next func() error) error {
+	if n == 0 {
+		return next()
+	}
+	now := h.now.Add(n)
+	for m := h.most.Load(); now > m && !h.most.CompareAndSwap(m, now); m = h.most.Load() {
+	}
+	h.total.Add(n)
+	time.Sleep(time.Millisecond) // long enough for another renewal to overlap, were it let through
+	defer h.now.Add(-n)
+	return next()
+}
+
+func (h *inflightRefreshes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *inflightRefreshes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.around(h.refreshes(cmd), func() error { return next(ctx, cmd) })
+	}
+}
+func (h *inflightRefreshes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.around(h.refreshes(cmds...), func() error { return next(ctx, cmds) })
+	}
+}
+
+// Renewals of one lease go one at a time, whoever sends them: Refresh,
+// Extend and the watchdog, from many goroutines at once. Each waiting call
+// gets its turn when the renewal before it is done.
+func TestRenewalsOfALeaseGoOneAtATime(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	h := &inflightRefreshes{}
+	rdb.AddHook(h)
+	c := New(rdb, WithTTL(3*time.Second), WithRenewInterval(5*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	l, err := c.TryAcquire(t.Context(), "r")
+	require.NoError(t, err)
+	const callers, calls = 8, 20
+	errs := make(chan error, callers*calls)
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for i := range calls {
+				if (g+i)%4 == 0 {
+					errs <- l.Extend(t.Context(), 3*time.Second)
+				} else {
+					errs <- l.Refresh(t.Context())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Release(t.Context()))
+	require.GreaterOrEqual(t, h.total.Load(), int64(callers*calls), "every call renewed")
+	require.Equal(t, int64(1), h.most.Load(), "renewals of the lease on their way at once")
 }

@@ -59,7 +59,6 @@ func (c *Client) newLease(ctx context.Context, cfg *config, resource string, key
 		owner:    owner,
 		fence:    fence,
 		index:    -1,
-		renewing: make(chan struct{}, 1),
 	}
 	if kind != kindExclusive {
 		l.shared = &sharedLease{kind: kind, keys: sk}
@@ -250,6 +249,23 @@ func (l *Lease) activeErr() error {
 		return l.errorLocked()
 	}
 	return nil
+}
+
+// beginRenewal takes l.renewing for the watchdog's renewal sent at sent, if
+// it is free and the lease is active and before its local deadline: then it
+// returns that deadline and true. busy reports that a Refresh or Extend
+// holds it.
+func (l *Lease) beginRenewal(sent time.Time) (deadline time.Time, ok, busy bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.renewing {
+		return time.Time{}, false, true
+	}
+	if l.state != stateActive || !sent.Before(l.deadline) {
+		return time.Time{}, false, false
+	}
+	l.renewing = true
+	return l.deadline, true, false
 }
 
 // liveUntil returns the local deadline of an active lease, and false for a

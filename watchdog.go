@@ -205,24 +205,20 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 		events []pending
 	)
 	for _, l := range batch {
-		select {
-		case l.renewing <- struct{}{}:
-		default:
-			// A Refresh or Extend renews it now, and queues it again when
-			// it succeeds; should it fail, this is the watchdog's next try.
-			again = append(again, requeue{l, sent.Add(max(l.timing().interval()/4, time.Millisecond))})
-			continue
-		}
 		// A lease past its local deadline is about to end: its timer has
 		// fired or will at once. Renewing it could only extend in Redis a
 		// lease that its holder is told it has lost.
-		if d, ok := l.liveUntil(); ok && sent.Before(d) {
+		d, ok, busy := l.beginRenewal(sent)
+		switch {
+		case busy:
+			// A Refresh or Extend renews it now, and queues it again when
+			// it succeeds; should it fail, this is the watchdog's next try.
+			again = append(again, requeue{l, sent.Add(max(l.timing().interval()/4, time.Millisecond))})
+		case ok:
 			live = append(live, l)
 			if first.IsZero() || d.Before(first) {
 				first = d
 			}
-		} else {
-			<-l.renewing
 		}
 	}
 	replies, errs := w.send(live, first)
@@ -243,7 +239,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 				again = append(again, requeue{l, at})
 			}
 		}
-		<-l.renewing
+		l.endRenewal()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
