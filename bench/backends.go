@@ -240,6 +240,8 @@ func (l *fencedRueidisLocker) Lock(ctx context.Context, key string) error {
 	return err
 }
 
+func (l *fencedRueidisLocker) close(context.Context) { l.c.Close() }
+
 func (l *fencedRueidisLocker) Unlock(ctx context.Context) error {
 	n, err := fencedDelLua.Exec(ctx, l.c, []string{l.key}, []string{l.owner}).AsInt64()
 	if err == nil && n != 1 {

@@ -143,9 +143,7 @@ func hotKey(ctx context.Context, srv *server, im impl, n, want int, limit time.D
 		rdb := srv.client(hook, 0)
 		defer rdb.Close()
 		lockers[i] = im.locker(rdb, im.shared(rdb))
-		if c, ok := lockers[i].(interface{ close(context.Context) }); ok {
-			defer c.close(ctx)
-		}
+		defer closeLocker(ctx, lockers[i])
 		if err := pair(ctx, lockers[i], "hot"); err != nil { // warm up
 			return res, err
 		}

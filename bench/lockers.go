@@ -27,6 +27,15 @@ type locker interface {
 	Unlock(ctx context.Context) error
 }
 
+// closeLocker closes the library client that l was made from (its
+// connections and goroutines), where l's row has one to close. Lockers made
+// from one shared value share that client: close one of them.
+func closeLocker(ctx context.Context, l locker) {
+	if c, ok := l.(interface{ close(context.Context) }); ok {
+		c.close(ctx)
+	}
+}
+
 // impl is a lock implementation in one configuration.
 type impl struct {
 	name string
@@ -186,11 +195,7 @@ func (l deadlineLocker) trips() *atomic.Int64 {
 	return nil
 }
 
-func (l deadlineLocker) close(ctx context.Context) {
-	if c, ok := l.in.(interface{ close(context.Context) }); ok {
-		c.close(ctx)
-	}
-}
+func (l deadlineLocker) close(ctx context.Context) { closeLocker(ctx, l.in) }
 
 // withDeadline is in, named name, with a 3 s deadline on each call;
 // timeouts asks for go-redis's ContextTimeoutEnabled.

@@ -43,6 +43,7 @@ func uncontended(ctx context.Context, srv *server, impls []impl, pairs, rounds i
 		rdb := srv.clientOf(im, hook, 0)
 		defer rdb.Close()
 		e := &entry{lk: im.locker(rdb, im.shared(rdb)), hook: hook, key: fmt.Sprintf("uncontended-%d", i)}
+		defer closeLocker(ctx, e.lk)
 		e.res.name = im.name
 		for range 200 { // warm up: connections, script cache, code paths
 			if err := pair(ctx, e.lk, e.key); err != nil {
@@ -163,7 +164,10 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 			for j := range ls {
 				ls[j] = im.locker(rdb, shared)
 			}
-			setups[i] = setup{lockers: ls, close: func() { _ = rdb.Close() }}
+			setups[i] = setup{lockers: ls, close: func() {
+				closeLocker(ctx, ls[0])
+				_ = rdb.Close()
+			}}
 		}
 		for r := -1; r < rounds; r++ { // round -1 warms up
 			for i, im := range impls {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,7 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 		return res, ctx.Err()
 	}
 	sent.Store(0)
+	settle()
 	cpu0, st0, t0 := cpuTime(), srv.stats(ctx), time.Now()
 	select {
 	case <-time.After(window):
@@ -177,6 +179,13 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 	}
 	return res, srv.flush(ctx)
 }
+
+// settle returns to the OS the memory that the process no longer uses, so
+// that the runtime's scavenger does not spend the window measured next
+// returning what earlier parts of the run, or the acquires, left: it did,
+// at about 3 % of a core (a process holding 1,000 leases measured 4.3 %
+// after the other parts, 1.0 % alone).
+func settle() { debug.FreeOSMemory() }
 
 // ttlSampler reads the remaining TTL of 200 random leases every 200 ms,
 // from a client of its own: a renewal that runs late shows as a dip.

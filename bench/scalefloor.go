@@ -127,6 +127,7 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 	for round := 0; ; round++ {
 		due := start.Add(time.Duration(round) * interval / groups)
 		if t0.IsZero() && !due.Before(windowFrom) {
+			settle()
 			cpu0, st0, t0 = cpuTime(), srv.stats(ctx), time.Now()
 			sent = 0
 		}
