@@ -1075,8 +1075,9 @@ proctype Watchdog(byte c) {
 end:
   do
   :: atomic { st[c] == ACTIVE && rs[c] == EMPTY && renews[c] < RENEWS_OF(c) ->   /* action renew */
-       /* watchdog.renew: 'sent := time.Now()', then the check (liveUntil:
-        * active, and sent before the deadline); the TTL is the lease's now */
+       /* watchdog.renew: 'sent := time.Now()', then the check
+        * (beginRenewal, with the renewal slot; Refresh: liveUntil): active,
+        * and sent before the deadline; the TTL is the lease's now */
        renews[c]++; rk2[c] = cur2[c];
        if :: cur2[c] -> WIT(13) :: else -> skip fi;   /* the watchdog renews with T2 */
 #ifdef M_SENT_AFTER_CHECK
