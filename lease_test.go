@@ -626,7 +626,7 @@ func TestRenewalsOfALeaseGoOneAtATime(t *testing.T) {
 	_, rdb := servertest.Mini(t)
 	h := &inflightRefreshes{}
 	rdb.AddHook(h)
-	c := New(rdb, WithTTL(3*time.Second), WithRenewInterval(5*time.Millisecond))
+	c := New(rdb, WithTTL(10*time.Second), WithRenewInterval(5*time.Millisecond)) // a stalled machine does not end it
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	l, err := c.TryAcquire(t.Context(), "r")
 	require.NoError(t, err)
@@ -637,7 +637,7 @@ func TestRenewalsOfALeaseGoOneAtATime(t *testing.T) {
 		wg.Go(func() {
 			for i := range calls {
 				if (g+i)%4 == 0 {
-					errs <- l.Extend(t.Context(), 3*time.Second)
+					errs <- l.Extend(t.Context(), 10*time.Second)
 				} else {
 					errs <- l.Refresh(t.Context())
 				}
