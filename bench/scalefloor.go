@@ -64,7 +64,7 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 			}
 			return sent, lost, nil
 		}
-		if err := redis.NewScript(src).Load(ctx, rdb).Err(); err != nil {
+		if err := refresh.Load(ctx, rdb).Err(); err != nil {
 			return res, err
 		}
 	case "rueidis":
