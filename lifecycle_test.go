@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlease/redlease/internal/clock"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
 )
@@ -333,4 +334,49 @@ func TestRefreshPutsALeaseBackInTheWatchdogsQueue(t *testing.T) {
 	defer c.wd.mu.Unlock()
 	require.GreaterOrEqual(t, l.index, 0, "queued for renewal again")
 	require.WithinDuration(t, time.Now().Add(l.cfg.interval()), c.wd.queue.timeOf(l), time.Second)
+}
+
+// A renewal sent early, with a group of others that fall due within a tenth
+// of an interval, keeps its lease's cadence: the watchdog queues the next
+// one an interval after this one fell due, not after it went, but puts it
+// off by at most a quarter of what the lifetime leaves after the interval.
+// A renewal sent late is followed by the next an interval after it went.
+func TestEarlyRenewalsKeepTheLeasesCadence(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	clk := clock.NewFake(time.Now())
+	const ttl = 30 * time.Second
+	c := New(rdb, WithTTL(ttl), clock.Option(clk).(Option)) // renewed every 10 s
+	ctx := t.Context()
+	defer c.Close(ctx)
+	lifetime := c.cfg.lifetime()
+	now, interval := clk.Now(), ttl/3
+	for _, tc := range []struct {
+		name      string
+		opts      []LeaseOption
+		due, next time.Time
+	}{
+		{"on time", nil, now, now.Add(interval)},
+		{"early", nil, now.Add(500 * time.Millisecond), now.Add(500 * time.Millisecond).Add(interval)},
+		{"late", nil, now.Add(-2 * time.Second), now.Add(interval)},
+		{
+			"early, with an interval near the lifetime",
+			[]LeaseOption{WithRenewInterval(lifetime - 400*time.Millisecond)},
+			now.Add(time.Second), now.Add(lifetime - 400*time.Millisecond + 100*time.Millisecond),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := c.TryAcquire(ctx, tc.name, tc.opts...)
+			require.NoError(t, err)
+			c.wd.mu.Lock()
+			c.wd.queue.remove(l.index) // as the loop takes a batch off the queue
+			c.wd.inflight++
+			c.wd.mu.Unlock()
+			c.wd.renewBatch([]dueLease{{l, tc.due}})
+			c.wd.mu.Lock()
+			defer c.wd.mu.Unlock()
+			require.GreaterOrEqual(t, l.index, 0, "queued again")
+			require.True(t, tc.next.Equal(c.wd.queue.timeOf(l)), "next renewal at %v, want %v",
+				c.wd.queue.timeOf(l).Sub(now), tc.next.Sub(now))
+		})
+	}
 }

@@ -340,6 +340,25 @@ func (c *config) interval() time.Duration {
 	return c.renewInterval
 }
 
+// nextRenewal is when the watchdog renews a lease again after a confirmed
+// renewal that fell due at due and was sent at sent. The watchdog sends what
+// falls due within a tenth of an interval together, so a renewal often goes
+// early; the next then falls due an interval after this one was due, which
+// keeps the lease's cadence. Counted from the send time, every interval
+// would pull leases taken together earlier: at 100,000 leases (the bench
+// module's scale part) that sent 7 % more renewals than the interval asks
+// for. The next renewal is put off by at most a quarter of the time that
+// the lifetime leaves after the interval, so that an interval set close to
+// the lifetime (WithRenewInterval) keeps three quarters of that time for
+// the renewal to be confirmed.
+func (c *config) nextRenewal(sent, due time.Time) time.Time {
+	next := sent.Add(c.interval())
+	if early := due.Sub(sent); early > 0 {
+		next = next.Add(min(early, (c.lifetime()-c.interval())/4))
+	}
+	return next
+}
+
 func (c *config) validate() error {
 	c.ttlArg = wire.Millis((c.ttl + c.lockDelay).Milliseconds())
 	switch {

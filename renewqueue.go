@@ -44,11 +44,12 @@ func (q *renewQueue) push(l *Lease, at time.Time) {
 	q.up(len(q.e) - 1)
 }
 
-// pop removes and returns the lease that falls due first (len() > 0).
-func (q *renewQueue) pop() *Lease {
-	l := q.e[0].l
+// pop removes the lease that falls due first (len() > 0) and returns it with
+// the time it falls due.
+func (q *renewQueue) pop() (*Lease, time.Time) {
+	e := q.e[0]
 	q.remove(0)
-	return l
+	return e.l, q.epoch.Add(time.Duration(e.at))
 }
 
 // move changes the renewal time of the queued lease l to at.

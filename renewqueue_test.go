@@ -58,7 +58,8 @@ func TestRenewQueueOrdersLeasesByRenewalTime(t *testing.T) {
 			}
 			_, in := q.first(start)
 			require.Equal(t, want.Sub(start), in)
-			l := q.pop()
+			l, at := q.pop()
+			require.True(t, want.Equal(at), "pop returns the time the lease was due")
 			require.Equal(t, -1, l.index)
 			delete(queued, l)
 		}
@@ -83,20 +84,16 @@ func BenchmarkRenewQueue(b *testing.B) {
 		leases[i].index = -1
 		q.push(&leases[i], start.Add(time.Duration(i)*interval/n))
 	}
-	type popped struct {
-		l  *Lease
-		at time.Time
-	}
-	due := make([]popped, 0, batch)
+	due := make([]dueLease, 0, batch)
 	b.ResetTimer()
 	for b.Loop() {
 		due = due[:0]
 		for range batch {
-			_, in := q.first(start)
-			due = append(due, popped{q.pop(), start.Add(in)})
+			l, at := q.pop()
+			due = append(due, dueLease{l, at})
 		}
 		for _, p := range due {
-			q.push(p.l, p.at.Add(interval))
+			q.push(p.l, p.due.Add(interval))
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/lease")

@@ -132,7 +132,7 @@ func (w *watchdog) loop() {
 // due takes the next batch of renewals off the queue, or says how long the
 // loop may sleep (wait < 0: until woken), or that it is done: no lease to
 // renew since *idleSince for watchdogLinger.
-func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration, done bool) {
+func (w *watchdog) due(idleSince *time.Time) (batch []dueLease, wait time.Duration, done bool) {
 	now := w.clk.Now()
 	wait = -1
 	w.mu.Lock()
@@ -159,7 +159,8 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 				}
 				break
 			}
-			batch = append(batch, w.queue.pop())
+			l, at := w.queue.pop()
+			batch = append(batch, dueLease{l, at})
 		}
 		if len(batch) > 0 {
 			w.inflight++
@@ -174,6 +175,12 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 	return batch, wait, false
 }
 
+// dueLease is a lease taken off the watchdog's queue, and when it fell due.
+type dueLease struct {
+	l   *Lease
+	due time.Time
+}
+
 // renew sends one batch of renewals and requeues each lease that stays
 // active: after its interval when renewed, after a short pause when the
 // request failed (until its local deadline ends it). It emits the batch's
@@ -181,7 +188,7 @@ func (w *watchdog) due(idleSince *time.Time) (batch []*Lease, wait time.Duration
 // even call Client.Close, which waits for them.
 //
 // Model: model/redlease.pml, proctype Watchdog, action renew.
-func (w *watchdog) renew(batch []*Lease) {
+func (w *watchdog) renew(batch []dueLease) {
 	events := w.renewBatch(batch)
 	w.goroutines.Done()
 	for _, p := range events {
@@ -190,7 +197,7 @@ func (w *watchdog) renew(batch []*Lease) {
 }
 
 // renewBatch is renew's work; it returns the events to emit.
-func (w *watchdog) renewBatch(batch []*Lease) []pending {
+func (w *watchdog) renewBatch(batch []dueLease) []pending {
 	// The send time is taken before the check: a renewal goes out only for a
 	// lease that was still active at its send time (S4).
 	sent := w.clk.Now()
@@ -204,7 +211,8 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 		again  []requeue
 		events []pending
 	)
-	for _, l := range batch {
+	for _, b := range batch {
+		l := b.l
 		// A lease past its local deadline is about to end: its timer has
 		// fired or will at once. Renewing it could only extend in Redis a
 		// lease that its holder is told it has lost.
@@ -215,14 +223,15 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 			// it succeeds; should it fail, this is the watchdog's next try.
 			again = append(again, requeue{l, sent.Add(max(l.timing().interval()/4, time.Millisecond))})
 		case ok:
-			live = append(live, l)
+			live = append(live, b)
 			if first.IsZero() || d.Before(first) {
 				first = d
 			}
 		}
 	}
 	replies, errs := w.send(live, first)
-	for i, l := range live {
+	for i, b := range live {
+		l := b.l
 		evs, err := l.renewed(sent, replies[i], errs[i])
 		for _, p := range evs {
 			if p.cfg != nil {
@@ -230,7 +239,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 			}
 		}
 		if err == nil {
-			if next := sent.Add(l.timing().interval()); l.renewsUntil(next) {
+			if next := l.timing().nextRenewal(sent, b.due); l.renewsUntil(next) {
 				again = append(again, requeue{l, next})
 			}
 		} else if errs[i] != nil { // request failed: try again while time is left
@@ -257,7 +266,7 @@ func (w *watchdog) renewBatch(batch []*Lease) []pending {
 // per lease, the reply of Redis (see Lease.renewed) and the request error.
 //
 // Model: model/redlease.pml, proctype Watchdog, action send.
-func (w *watchdog) send(leases []*Lease, first time.Time) (replies []int64, errs []error) {
+func (w *watchdog) send(leases []dueLease, first time.Time) (replies []int64, errs []error) {
 	replies, errs = make([]int64, len(leases)), make([]error, len(leases))
 	if len(leases) == 0 {
 		return replies, errs
@@ -269,7 +278,7 @@ func (w *watchdog) send(leases []*Lease, first time.Time) (replies []int64, errs
 	// sooner.
 	ctx, cancel := context.WithTimeout(context.Background(), first.Sub(w.clk.Now())) // first is on w.clk
 	defer cancel()
-	calls := func(i int) wire.Call { return leases[i].refreshCall() }
+	calls := func(i int) wire.Call { return leases[i].l.refreshCall() }
 	for i, r := range w.conn.RunMany(ctx, len(leases), calls) {
 		replies[i], errs[i] = wire.Int(r)
 	}

@@ -38,14 +38,16 @@ type scaleResult struct {
 }
 
 // lateness observes the renewals of a sample of the leases: how long after
-// its schedule (the previous renewal's send time plus the interval) each
-// one was sent. Renewals due within interval/10 of each other share a
-// pipeline, so some go early (negative lateness).
+// its schedule each one was sent. A lease's first renewal falls due an
+// interval after its acquire, each next one an interval after the previous
+// one fell due, or was sent if that was later (the watchdog's rule at this
+// TTL, where its cap does not bind). Renewals due within interval/10 of
+// each other share a pipeline, so some go early (negative lateness).
 type lateness struct {
 	interval time.Duration
 
 	mu   sync.Mutex
-	last map[string]time.Time
+	due  map[string]time.Time // each lease's next renewal time
 	late []time.Duration
 
 	lost, renewErrs atomic.Int64
@@ -56,7 +58,7 @@ func (o *lateness) Observe(_ context.Context, e redlease.Event) {
 	case redlease.EventAcquire:
 		if e.Outcome == redlease.OutcomeOK {
 			o.mu.Lock()
-			o.last[e.Owner] = e.Start // the call's start: before the request was sent, so lateness is overstated
+			o.due[e.Owner] = e.Start.Add(o.interval) // the call's start: before the request was sent, so lateness is overstated
 			o.mu.Unlock()
 		}
 	case redlease.EventRenew:
@@ -65,10 +67,10 @@ func (o *lateness) Observe(_ context.Context, e redlease.Event) {
 			return
 		}
 		o.mu.Lock()
-		if prev, ok := o.last[e.Owner]; ok {
-			o.late = append(o.late, e.Start.Sub(prev.Add(o.interval)))
+		if due, ok := o.due[e.Owner]; ok {
+			o.late = append(o.late, e.Start.Sub(due))
+			o.due[e.Owner] = later(due, e.Start).Add(o.interval)
 		}
-		o.last[e.Owner] = e.Start
 		o.mu.Unlock()
 	case redlease.EventLost:
 		o.lost.Add(1)
@@ -103,7 +105,7 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 		return res, fmt.Errorf("no client %q", client)
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	obs := &lateness{interval: interval, last: map[string]time.Time{}}
+	obs := &lateness{interval: interval, due: map[string]time.Time{}}
 
 	// Warm up: open the connections the acquiring goroutines will use, so
 	// their buffers are not counted as lease memory.
@@ -145,8 +147,8 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
+	settle() // before the count starts: the renewals it delays are sent in the window
 	sent.Store(0)
-	settle()
 	cpu0, st0, t0 := cpuTime(), srv.stats(ctx), time.Now()
 	select {
 	case <-time.After(window):
@@ -274,4 +276,11 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[min(len(sorted)-1, int(float64(len(sorted))*q))]
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
