@@ -25,9 +25,18 @@ type holdHook struct {
 	gate      chan struct{}
 	opened    sync.Once
 	pipelines []int // script commands per pipeline
+	// With holdPipelines, pipelines of scripts wait for openPipelines or
+	// the end of their context.
+	pipesClosed bool
+	pipesHeld   int
+	pipesGaveUp int // held pipelines that returned at their deadline
+	pipeGate    chan struct{}
+	pipesOpened sync.Once
 }
 
-func newHoldHook() *holdHook { return &holdHook{gate: make(chan struct{})} }
+func newHoldHook() *holdHook {
+	return &holdHook{gate: make(chan struct{}), pipeGate: make(chan struct{})}
+}
 
 func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -57,7 +66,24 @@ func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		if n > 0 {
 			h.mu.Lock()
 			h.pipelines = append(h.pipelines, n)
+			hold := h.pipesClosed
+			if hold {
+				h.pipesHeld++
+			}
 			h.mu.Unlock()
+			if hold {
+				select {
+				case <-h.pipeGate:
+				case <-ctx.Done(): // as a network that does not answer
+					for _, c := range cmds {
+						c.SetErr(ctx.Err())
+					}
+					h.mu.Lock()
+					h.pipesGaveUp++
+					h.mu.Unlock()
+					return ctx.Err()
+				}
+			}
 		}
 		return next(ctx, cmds)
 	}
@@ -73,6 +99,19 @@ func (h *holdHook) open() {
 }
 
 func (h *holdHook) heldCount() int { h.mu.Lock(); defer h.mu.Unlock(); return h.held }
+
+func (h *holdHook) holdPipelines() { h.mu.Lock(); h.pipesClosed = true; h.mu.Unlock() }
+
+func (h *holdHook) openPipelines() {
+	h.mu.Lock()
+	h.pipesClosed = false
+	h.mu.Unlock()
+	h.pipesOpened.Do(func() { close(h.pipeGate) })
+}
+
+func (h *holdHook) pipelinesHeld() int { h.mu.Lock(); defer h.mu.Unlock(); return h.pipesHeld }
+
+func (h *holdHook) pipelinesGaveUp() int { h.mu.Lock(); defer h.mu.Unlock(); return h.pipesGaveUp }
 
 func (h *holdHook) pipelineSizes() []int {
 	h.mu.Lock()
@@ -114,6 +153,7 @@ func combiningClient(t *testing.T, ctxTime bool, opts ...Option) (*Client, *hold
 	c := New(rdb, append([]Option{WithAutoRenew(false)}, opts...)...)
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	t.Cleanup(h.open) // before Close: a failed test leaves nothing held
+	t.Cleanup(h.openPipelines)
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "warm")
 	require.NoError(t, err)
@@ -198,46 +238,69 @@ func TestCallsQueuedBehindRequestsInFlightGoOutInOnePipeline(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 }
 
-// On a client that bounds requests by their context (ContextTimeoutEnabled),
-// a call whose deadline is nearer than two requests by the client's own
-// timeouts goes out at once, whatever is in flight: a batch could not keep
-// its deadline. So does every call of a Client made
-// WithCombinedRequests(false).
-func TestCallsThatMayNotWaitGoOutAtOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		ctxTime bool
-		opts    []Option
-		ctx     func() (context.Context, context.CancelFunc)
-	}{
-		{"deadline", true, nil, func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), time.Minute)
-		}},
-		{"combining off", false, []Option{WithCombinedRequests(false)}, func() (context.Context, context.CancelFunc) {
-			return context.WithCancel(context.Background())
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, h, _ := combiningClient(t, tc.ctxTime, tc.opts...)
-			h.close()
-			ctx, cancel := tc.ctx()
-			defer cancel()
-			names := make([]string, combineAfter+2)
-			for i := range names {
-				names[i] = fmt.Sprint("r", i)
-			}
-			rs := acquireAsync(ctx, c, names...)
-			eventuallyTrue(t, "every request in flight", func() bool { return h.heldCount() == len(names) })
-			require.Zero(t, queuedCalls(c))
-			h.open()
-			for range names {
-				r := <-rs
-				require.NoError(t, r.err)
-				require.NoError(t, r.l.Release(context.Background()))
-			}
-			require.Empty(t, h.pipelineSizes())
-		})
+// Every call of a Client made WithCombinedRequests(false) goes out at once,
+// whatever is in flight.
+func TestCallsOfAClientWithoutCombiningGoOutAtOnce(t *testing.T) {
+	c, h, _ := combiningClient(t, false, WithCombinedRequests(false))
+	h.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	names := make([]string, combineAfter+2)
+	for i := range names {
+		names[i] = fmt.Sprint("r", i)
 	}
+	rs := acquireAsync(ctx, c, names...)
+	eventuallyTrue(t, "every request in flight", func() bool { return h.heldCount() == len(names) })
+	require.Zero(t, queuedCalls(c))
+	h.open()
+	for range names {
+		r := <-rs
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Release(context.Background()))
+	}
+	require.Empty(t, h.pipelineSizes())
+}
+
+// On a client that ends a request at its context's deadline
+// (ContextTimeoutEnabled), calls with deadlines queue too, and each keeps
+// its own: the call with the latest deadline sends the batch under it, and
+// a call with an earlier one (here queued first) stops waiting at its own
+// while the batch is still on its way, an unknown outcome, as for a request
+// of its own.
+func TestBatchKeepsTheDeadlineOfEachOfItsCalls(t *testing.T) {
+	c, h, admin := combiningClient(t, true)
+	ctx := context.Background()
+	// No NOSCRIPT round of the requests in flight, whose resends would queue.
+	require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
+	first := holdInFlight(t, c, h)
+	h.holdPipelines()
+	early, cancelEarly := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelEarly()
+	late, cancelLate := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelLate()
+	leaves := acquireAsync(early, c, "early")
+	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
+	sends := acquireAsync(late, c, "late")
+	eventuallyTrue(t, "two calls queued", func() bool { return queuedCalls(c) == 2 })
+	h.open()
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	eventuallyTrue(t, "the batch held", func() bool { return h.pipelinesHeld() == 1 })
+	for _, call := range []struct {
+		name   string
+		rs     chan result
+		gaveUp int // held pipelines that had returned by then
+	}{{"early", leaves, 0}, {"late", sends, 1}} {
+		select {
+		case r := <-call.rs:
+			require.ErrorIs(t, r.err, context.DeadlineExceeded, call.name)
+			require.Equal(t, call.gaveUp, h.pipelinesGaveUp(), call.name)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %s call waits for its batch past its deadline", call.name)
+		}
+	}
+	require.Equal(t, []int{2}, h.pipelineSizes(), "both calls went out in one pipeline")
 }
 
 // A queued call whose context ends before its batch is sent leaves the queue

@@ -156,9 +156,9 @@ func WithHolder(desc string) LeaseOption { return forLease(func(c *config) { c.h
 // fewer system calls on both sides, so more leases per second under load,
 // for up to one request's time more per call. A queued call leaves the queue
 // unsent when its context ends. On a go-redis client with
-// ContextTimeoutEnabled, a call whose deadline is nearer than twice the
-// longest request the client's own timeouts allow does not queue (a batch
-// could not keep it). Off, every call is a request of its own.
+// ContextTimeoutEnabled each call keeps its deadline: the call with the
+// latest deadline sends the batch under it, and the others stop waiting at
+// their own. Off, every call is a request of its own.
 func WithCombinedRequests(on bool) Option {
 	return clientOption(func(c *config) { c.uncombined = !on })
 }

@@ -20,11 +20,14 @@ import (
 // machine those system calls are most of what a lease's round trips cost
 // (docs/PERFORMANCE.md has the measurement).
 //
-// A queued call waits for a request in flight before its own is sent; only
-// a call whose deadline that wait cannot break queues (see combinable), any
-// other goes out at once. A batch runs with the context of the call that
-// sends it, without its cancellation: what one caller gives up does not fail
-// the others' calls.
+// A queued call waits for a request in flight before its own is sent, and
+// leaves the queue unsent when its context ends. A batch runs with the
+// context of the call that sends it, without its cancellation: what one
+// caller gives up does not fail the others' calls. On a client that ends a
+// request at its context's deadline (ContextTimeoutEnabled), the call with
+// the latest deadline sends the batch, under that deadline, and every other
+// call of the batch stops waiting at its own: each keeps its deadline, as
+// it would on a request of its own (see combinable).
 
 // combineAfter is how many requests a Driver has in flight before its calls
 // queue. With 8 goroutines on this repository's 2-core machine, 4 did
@@ -41,10 +44,11 @@ type combiner struct {
 
 // pendingCall is a call waiting for a request in flight.
 type pendingCall struct {
-	c     driver.Call
-	r     driver.Reply
-	batch []*pendingCall // if it sends the next batch: the batch, itself first
-	ready chan struct{}  // it has its reply, or a batch to send
+	c        driver.Call
+	r        driver.Reply
+	deadline time.Time      // its context's, if it keeps one (zero: none)
+	batch    []*pendingCall // if it sends the next batch: the batch, itself first
+	ready    chan struct{}  // it has its reply, or a batch to send
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pendingCall{ready: make(chan struct{}, 1)} }}
@@ -64,20 +68,44 @@ func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 	}
 	p := pendingPool.Get().(*pendingCall)
 	p.c = c
+	if d.ctxTime {
+		p.deadline, _ = ctx.Deadline()
+	}
 	m.queue = append(m.queue, p)
 	m.mu.Unlock()
 	select {
 	case <-p.ready:
 	case <-ctx.Done():
-		if m.leave(p) { // not sent: as if no connection was free in time
+		switch m.leave(p) {
+		case unsent: // as if no connection was free in time
 			*p = pendingCall{ready: p.ready}
 			pendingPool.Put(p)
 			return driver.Reply{Err: ctx.Err()}
+		case inBatch:
+			if p.deadline.IsZero() {
+				<-p.ready
+				break
+			}
+			select {
+			case <-p.ready: // its reply came too
+			default:
+				// Its request may be on the network: an unknown outcome, as
+				// that of a request of its own that met its deadline. The
+				// sender still writes the reply, so p is not reused.
+				return driver.Reply{Err: ctx.Err()}
+			}
+		case sender:
+			<-p.ready
 		}
-		<-p.ready // in a batch already
 	}
 	if p.batch != nil {
-		d.sendBatch(context.WithoutCancel(ctx), p.batch)
+		bctx := context.WithoutCancel(ctx)
+		if !p.deadline.IsZero() { // the latest of the batch (pass)
+			var cancel context.CancelFunc
+			bctx, cancel = context.WithDeadline(bctx, p.deadline)
+			defer cancel()
+		}
+		d.sendBatch(bctx, p.batch)
 	}
 	r := p.r
 	*p = pendingCall{ready: p.ready}
@@ -123,7 +151,8 @@ func (d *Driver) sendBatch(ctx context.Context, batch []*pendingCall) {
 var ErrBatchPanicked = errors.New("redlease: the pipeline that carried this request panicked in another goroutine")
 
 // pass ends a request: the calls queued meanwhile go out as the next batch,
-// sent by the first of them.
+// sent by the one that may wait longest (no deadline, else the latest), so
+// that the batch's deadline is no call's but the sender's own.
 func (m *combiner) pass() {
 	m.mu.Lock()
 	if len(m.queue) == 0 {
@@ -131,38 +160,56 @@ func (m *combiner) pass() {
 		m.mu.Unlock()
 		return
 	}
-	p := m.queue[0]
-	p.batch, m.queue = m.queue, nil
+	batch := m.queue
+	m.queue = nil
+	last := 0
+	for i, p := range batch {
+		if p.deadline.IsZero() {
+			last = i
+			break
+		}
+		if p.deadline.After(batch[last].deadline) {
+			last = i
+		}
+	}
+	batch[0], batch[last] = batch[last], batch[0]
+	p := batch[0]
+	p.batch = batch
 	m.mu.Unlock()
 	p.ready <- struct{}{}
 }
 
-// leave takes p out of the queue, unless it is in a batch already.
-func (m *combiner) leave(p *pendingCall) bool {
+// Where leave found a call whose context ended.
+const (
+	unsent  = iota // still queued: now out of the queue
+	sender         // to send the next batch
+	inBatch        // in a batch that another call sends
+)
+
+// leave takes p out of the queue, unless it is in a batch already, and
+// says which it found.
+func (m *combiner) leave(p *pendingCall) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	i := slices.Index(m.queue, p)
-	if i >= 0 {
+	if i := slices.Index(m.queue, p); i >= 0 {
 		m.queue = slices.Delete(m.queue, i, i+1)
+		return unsent
 	}
-	return i >= 0
+	if p.batch != nil {
+		return sender
+	}
+	return inBatch
 }
 
-// combinable reports whether a call with ctx may queue. A queued call
-// leaves the queue when its context ends, as go-redis stops waiting for a
-// connection then; a request on the network is bounded by the context's
-// deadline only with ContextTimeoutEnabled (see redlease.WithReleaseTimeout), and
-// a batch cannot keep the deadline of each of its calls. So a call queues if
-// its context has no deadline, or the client does not bound requests by
-// their contexts, or the deadline is further off than the client's own
-// timeouts bound two requests. A call whose context has ended goes out at
-// once, to fail as it would have.
+// combinable reports whether a call with ctx may queue: unless its context
+// has ended, when it goes out at once, to fail as it would have. A queued
+// call leaves the queue when its context ends, as go-redis stops waiting
+// for a connection then. With ContextTimeoutEnabled, which bounds a request
+// on the network by its context's deadline (see redlease.WithReleaseTimeout),
+// a call in a batch stops waiting at its deadline, and the batch runs under
+// the latest deadline of its calls, that of the call that sends it.
 func (d *Driver) combinable(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	t, ok := ctx.Deadline()
-	return !ok || !d.ctxTime || d.longest > 0 && time.Until(t) > 2*d.longest
+	return ctx.Err() == nil
 }
 
 // Queued returns how many calls wait in the queue, for tests.
