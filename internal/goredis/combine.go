@@ -27,7 +27,8 @@ import (
 // request at its context's deadline (ContextTimeoutEnabled), the call with
 // the latest deadline sends the batch, under that deadline, and every other
 // call of the batch stops waiting at its own: each keeps its deadline, as
-// it would on a request of its own (see combinable).
+// it would on a request of its own. A call whose context has ended goes out
+// at once, to fail as it would have.
 
 // combineAfter is how many requests a Driver has in flight before its calls
 // queue. With 8 goroutines on this repository's 2-core machine, 4 did
@@ -56,7 +57,7 @@ var pendingPool = sync.Pool{New: func() any { return &pendingCall{ready: make(ch
 // Eval implements driver.Driver: at once, or in the next batch.
 func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 	m := &d.comb
-	if m.off || !d.combinable(ctx) {
+	if m.off || ctx.Err() != nil {
 		return d.evalOne(ctx, c)
 	}
 	m.mu.Lock()
@@ -76,26 +77,24 @@ func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 	select {
 	case <-p.ready:
 	case <-ctx.Done():
-		switch m.leave(p) {
-		case unsent: // as if no connection was free in time
+		if m.leave(p) { // not sent: as if no connection was free in time
 			*p = pendingCall{ready: p.ready}
 			pendingPool.Put(p)
 			return driver.Reply{Err: ctx.Err()}
-		case inBatch:
-			if p.deadline.IsZero() {
-				<-p.ready
-				break
-			}
-			select {
-			case <-p.ready: // its reply came too
-			default:
-				// Its request may be on the network: an unknown outcome, as
-				// that of a request of its own that met its deadline. The
-				// sender still writes the reply, so p is not reused.
-				return driver.Reply{Err: ctx.Err()}
-			}
-		case sender:
+		}
+		// In a batch already; p.batch, set before pass let go of the queue's
+		// lock, tells its sender.
+		if p.batch != nil || p.deadline.IsZero() {
 			<-p.ready
+			break
+		}
+		select {
+		case <-p.ready: // its reply came too
+		default:
+			// Its request may be on the network: an unknown outcome, as that
+			// of a request of its own that met its deadline. The sender
+			// still writes the reply, so p is not reused.
+			return driver.Reply{Err: ctx.Err()}
 		}
 	}
 	if p.batch != nil {
@@ -179,37 +178,15 @@ func (m *combiner) pass() {
 	p.ready <- struct{}{}
 }
 
-// Where leave found a call whose context ended.
-const (
-	unsent  = iota // still queued: now out of the queue
-	sender         // to send the next batch
-	inBatch        // in a batch that another call sends
-)
-
-// leave takes p out of the queue, unless it is in a batch already, and
-// says which it found.
-func (m *combiner) leave(p *pendingCall) int {
+// leave takes p out of the queue, unless it is in a batch already.
+func (m *combiner) leave(p *pendingCall) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if i := slices.Index(m.queue, p); i >= 0 {
+	i := slices.Index(m.queue, p)
+	if i >= 0 {
 		m.queue = slices.Delete(m.queue, i, i+1)
-		return unsent
 	}
-	if p.batch != nil {
-		return sender
-	}
-	return inBatch
-}
-
-// combinable reports whether a call with ctx may queue: unless its context
-// has ended, when it goes out at once, to fail as it would have. A queued
-// call leaves the queue when its context ends, as go-redis stops waiting
-// for a connection then. With ContextTimeoutEnabled, which bounds a request
-// on the network by its context's deadline (see redlease.WithReleaseTimeout),
-// a call in a batch stops waiting at its deadline, and the batch runs under
-// the latest deadline of its calls, that of the call that sends it.
-func (d *Driver) combinable(ctx context.Context) bool {
-	return ctx.Err() == nil
+	return i >= 0
 }
 
 // Queued returns how many calls wait in the queue, for tests.
