@@ -238,7 +238,7 @@ func (d *failingSubscribes) Subscribe(ctx context.Context, channel string, handl
 // first fails subscribes, that driver, and a go-redis client of the server.
 func failingClient(t *testing.T, fails int32, opts ...Option) (*redis.Client, *failingSubscribes, *Client) {
 	_, rdb := servertest.Mini(t)
-	gd, err := goredis.New(rdb, true)
+	gd, err := goredis.New(rdb)
 	require.NoError(t, err)
 	d := &failingSubscribes{Driver: gd}
 	d.fail.Store(fails)

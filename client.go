@@ -42,8 +42,8 @@ type Client struct {
 // NewWithDriver returns a Client that takes leases through d, a Redis
 // client library's implementation of package driver's interface (the
 // modules rueidislease and valkeylease call it). It is New for any client;
-// WithCombinedRequests applies to go-redis only (a driver combines
-// concurrent requests on its own, or not). A nil d makes every call return
+// under heavier load than New's, its concurrent calls share round trips
+// (WithCombinedRequests). A nil d makes every call return
 // ErrInvalidArgument.
 func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 	c := newClient(opts)
@@ -51,7 +51,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 		c.err = invalidf("nil driver")
 		return c
 	}
-	c.start(d)
+	c.start(d, combineDriver)
 	return c
 }
 
@@ -67,9 +67,25 @@ func newClient(opts []Option) *Client {
 	return c
 }
 
+// How many requests a Client has in flight before its calls queue to share
+// round trips (WithCombinedRequests), measured with 8 and 64 goroutines on
+// distinct keys on this repository's 2-core machine (docs/PERFORMANCE.md).
+// go-redis sends each request on a connection of its own, and 4 did better
+// than 1 or 2. rueidis and valkey-go pipeline concurrent requests on one
+// connection by themselves, flushing each that finds none queued: combining
+// after 4 cost a quarter of their pairs/s at 8 goroutines, after 16 it gains
+// at 64 goroutines and leaves 8 alone.
+const (
+	combineGoRedis = 4
+	combineDriver  = 16
+)
+
 // start puts the Client on d.
-func (c *Client) start(d driver.Driver) {
-	c.conn = wire.NewConn(d)
+func (c *Client) start(d driver.Driver, combineAfter int) {
+	if c.cfg.uncombined {
+		combineAfter = 0
+	}
+	c.conn = wire.NewConn(d, combineAfter)
 	c.wd.conn, c.wd.clk = c.conn, c.clk
 	c.hub = newHub(c.conn, c.clk)
 }

@@ -3,8 +3,6 @@ package redlease
 import (
 	"context"
 	"fmt"
-	"github.com/redlease/redlease/internal/goredis"
-	"github.com/redlease/redlease/internal/wire"
 	"slices"
 	"sync"
 	"testing"
@@ -12,8 +10,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // holdHook holds every script request sent alone while it is closed, and
@@ -119,11 +120,11 @@ func (h *holdHook) pipelineSizes() []int {
 	return append([]int(nil), h.pipelines...)
 }
 
-func queuedCalls(c *Client) int { return c.conn.Driver().(*goredis.Driver).Queued() }
+func queuedCalls(c *Client) int { return c.conn.Queued() }
 
-// combineAfter is how many requests of a Client are in flight before its
-// calls queue (internal/goredis/combine.go).
-const combineAfter = 4
+// combineAfter is how many requests of a go-redis Client are in flight
+// before its calls queue.
+const combineAfter = combineGoRedis
 
 // eventually polls cond for up to 10 s.
 func eventuallyTrue(t *testing.T, what string, cond func() bool) {
@@ -312,21 +313,24 @@ func TestQueuedCallLeavesAtItsDeadlineUnsent(t *testing.T) {
 	// No NOSCRIPT round of the requests in flight, whose resends would queue.
 	require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
 	first := holdInFlight(t, c, h)
-	stays := acquireAsync(ctx, c, "stays")
-	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
+	stay := acquireAsync(ctx, c, "stays", "stays too")
+	eventuallyTrue(t, "two calls queued", func() bool { return queuedCalls(c) == 2 })
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	_, err := c.LastFence(short, "leaves")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Equal(t, 1, queuedCalls(c), "the call that left is no longer queued")
+	require.Equal(t, driver.NotSent, c.conn.Classify(err), "the call that left was not sent")
+	require.Equal(t, 2, queuedCalls(c), "the call that left is no longer queued")
 	h.open()
 	for range combineAfter {
 		require.NoError(t, <-first)
 	}
-	r := <-stays
-	require.NoError(t, r.err)
-	require.NoError(t, r.l.Release(ctx))
-	require.Equal(t, []int{1}, h.pipelineSizes(), "the batch holds the call that stayed only")
+	for range 2 {
+		r := <-stay
+		require.NoError(t, r.err)
+		require.NoError(t, r.l.Release(ctx))
+	}
+	require.Equal(t, []int{2}, h.pipelineSizes(), "the batch holds the calls that stayed only")
 }
 
 // panicHook panics in the first pipeline of scripts it sees.
@@ -371,7 +375,7 @@ func TestBatchThatPanicsFailsItsOtherCalls(t *testing.T) {
 	}
 	require.Equal(t, "hook", <-panicked)
 	for range 2 {
-		require.ErrorIs(t, <-errs, goredis.ErrBatchPanicked)
+		require.ErrorIs(t, <-errs, wire.ErrBatchPanicked)
 	}
 	_, err := c.LastFence(ctx, "after")
 	require.NoError(t, err)
@@ -414,4 +418,94 @@ func TestCombinedCallsOnClusterSpanTheNodes(t *testing.T) {
 		require.NoError(t, r.l.Release(ctx))
 	}
 	require.Equal(t, len(names), h.pipelineSizes()[0], "one batch: %v", h.pipelineSizes())
+}
+
+// gatedDriver is the go-redis driver as another client's: it holds every
+// Eval while closed, and records the size of each EvalMany.
+type gatedDriver struct {
+	*goredis.Driver
+	mu      sync.Mutex
+	closed  bool
+	held    int
+	gate    chan struct{}
+	batches []int
+}
+
+func (d *gatedDriver) Eval(ctx context.Context, c driver.Call) driver.Reply {
+	d.mu.Lock()
+	hold := d.closed
+	if hold {
+		d.held++
+	}
+	d.mu.Unlock()
+	if hold {
+		<-d.gate
+	}
+	return d.Driver.Eval(ctx, c)
+}
+
+func (d *gatedDriver) EvalMany(ctx context.Context, calls []driver.Call, replies []driver.Reply) {
+	d.mu.Lock()
+	d.batches = append(d.batches, len(calls))
+	d.mu.Unlock()
+	d.Driver.EvalMany(ctx, calls, replies)
+}
+
+func (d *gatedDriver) heldCount() int { d.mu.Lock(); defer d.mu.Unlock(); return d.held }
+
+// A Client of NewWithDriver combines too, once combineDriver of its requests
+// are in flight (rueidis and valkey-go pipeline fewer by themselves), through
+// the driver's EvalMany; WithCombinedRequests(false) turns it off.
+func TestCallsOfAnyDriverCombineUnderHeavierLoad(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint("combining=", on), func(t *testing.T) {
+			srv := servertest.Redis(t)
+			admin := srv.Client(t)
+			ctx := context.Background()
+			gd, err := goredis.New(admin)
+			require.NoError(t, err)
+			d := &gatedDriver{Driver: gd, gate: make(chan struct{})}
+			c := NewWithDriver(d, WithAutoRenew(false), WithCombinedRequests(on))
+			defer func() { _ = c.Close(ctx) }()
+			l, err := c.TryAcquire(ctx, "warm")
+			require.NoError(t, err)
+			watchingBreaks(t, c, DefaultPrefix, c.hub.id)
+			require.NoError(t, l.Release(ctx))
+			// No NOSCRIPT round of the calls, whose resends would queue.
+			require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
+
+			d.mu.Lock()
+			d.closed = true
+			d.mu.Unlock()
+			const more = 3
+			errs := make(chan error, combineDriver+more)
+			lastFence := func(i int) {
+				_, err := c.LastFence(ctx, fmt.Sprint("r", i))
+				errs <- err
+			}
+			for i := range combineDriver {
+				go lastFence(i)
+			}
+			eventuallyTrue(t, "requests in flight", func() bool { return d.heldCount() == combineDriver })
+			for i := range more {
+				go lastFence(combineDriver + i)
+			}
+			if on {
+				eventuallyTrue(t, "calls queued", func() bool { return queuedCalls(c) == more })
+			} else {
+				eventuallyTrue(t, "every call in flight", func() bool { return d.heldCount() == combineDriver+more })
+			}
+			close(d.gate)
+			for range combineDriver + more {
+				require.NoError(t, <-errs)
+			}
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if on {
+				require.Equal(t, []int{more}, d.batches, "the queued calls went out in one pipeline")
+			} else {
+				require.Equal(t, 0, len(d.batches), "no pipeline")
+			}
+		})
+	}
 }

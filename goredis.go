@@ -25,11 +25,11 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		c.err = invalidf("nil Redis client")
 		return c
 	}
-	d, err := goredis.New(rdb, !c.cfg.uncombined)
+	d, err := goredis.New(rdb)
 	if err != nil {
 		c.err = invalidf("%w", err)
 		return c
 	}
-	c.start(d)
+	c.start(d, combineGoRedis)
 	return c
 }

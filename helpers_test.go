@@ -21,11 +21,11 @@ func counterKey(resource string) string {
 
 // testHub returns a hub on rdb, closed when the test ends.
 func testHub(tb testing.TB, rdb redis.UniversalClient) *hub {
-	d, err := goredis.New(rdb, true)
+	d, err := goredis.New(rdb)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := newHub(wire.NewConn(d), clock.Real)
+	h := newHub(wire.NewConn(d, 0), clock.Real)
 	tb.Cleanup(func() { h.close(context.Background()) })
 	return h
 }

@@ -98,7 +98,7 @@ type config struct {
 	replicaTimeout time.Duration
 	fences         FenceSource // nil: the Redis counter
 	holder         string
-	uncombined     bool        // WithCombinedRequests(false); only New's options set it
+	uncombined     bool        // WithCombinedRequests(false); only a Client's options set it
 	clk            clock.Clock // the Client's; only New's options set it
 	quietBreak     bool        // Break tells no holder (redleasetest's Expire and Steal); only New's options set it
 	term           bool        // an election's term: its acquire and renewals carry the handover key (asTerm)
@@ -149,14 +149,16 @@ var defaultHolder = sync.OnceValue(func() string {
 func WithHolder(desc string) LeaseOption { return forLease(func(c *config) { c.holder = desc }) }
 
 // WithCombinedRequests turns the combining of concurrent requests on or
-// off, for the go-redis client of New (other drivers combine requests their
-// own way: rueidis and valkey-go pipeline them by themselves). On (the default), while a
-// Client has 4 requests in flight that could have queued, the calls that
-// other goroutines make queue, and go out together in one pipeline when one of those returns:
-// fewer system calls on both sides, so more leases per second under load,
-// for up to one request's time more per call. A queued call leaves the queue
-// unsent when its context ends. On a go-redis client with
-// ContextTimeoutEnabled each call keeps its deadline: the call with the
+// off. On (the default), while a Client has 4 requests in flight that
+// could have queued (16 for a Client of NewWithDriver: rueidis and valkey-go
+// pipeline concurrent requests by themselves, and gain from it only under
+// heavier load), the calls that other goroutines make queue, and go out
+// together in one pipeline (the driver's EvalMany) when one of those
+// returns: fewer system calls on both sides, so more leases per second under
+// load, for up to one request's time more per call. A queued call leaves the
+// queue unsent when its context ends. Where the client ends a request at its
+// context's deadline (rueidis, valkey-go, go-redis with
+// ContextTimeoutEnabled) each call keeps its deadline: the call with the
 // latest deadline sends the batch under it, and the others stop waiting at
 // their own. Off, every call is a request of its own.
 func WithCombinedRequests(on bool) Option {

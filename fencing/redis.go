@@ -39,11 +39,11 @@ func conn(rdb redis.UniversalClient) (*wire.Conn, error) {
 	if shared.IsNil(rdb) {
 		return nil, invalidf("nil Redis client")
 	}
-	d, err := goredis.New(rdb, false)
+	d, err := goredis.New(rdb)
 	if err != nil {
 		return nil, invalidf("%w", err)
 	}
-	return wire.NewConn(d), nil
+	return wire.NewConn(d, 0), nil
 }
 
 // connOn returns the Conn of a driver, or the error of every call on it.
@@ -51,7 +51,7 @@ func connOn(d driver.Driver) (*wire.Conn, error) {
 	if shared.IsNil(d) {
 		return nil, invalidf("nil driver")
 	}
-	return wire.NewConn(d), nil
+	return wire.NewConn(d, 0), nil
 }
 
 // fenceRecords returns what starts the key of every fence record for a key

@@ -25,9 +25,11 @@
 // Sentinel, up to 2^PipelineMultiplex of them, 4 from GOMAXPROCS 4; one per
 // node on Cluster), and commands issued while others are in flight are
 // written together and their replies read in order. A command issued while
-// none is in flight is written at once. So concurrent lease operations
-// share round trips with no combiner of redlease's: the option
-// redlease.WithCombinedRequests has no effect here. Blocking commands
+// none is in flight is written at once, a system call of its own. So
+// concurrent lease operations share round trips, and under heavier load
+// redlease combines them too: once 16 requests of a Client are in flight,
+// the calls of other goroutines queue and go out together in one DoMulti
+// (redlease.WithCombinedRequests). Blocking commands
 // (WAIT among them) take a connection of a pool instead.
 //
 // Retries: rueidis retries, on a network error or LOADING, only commands

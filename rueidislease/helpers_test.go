@@ -163,6 +163,22 @@ func (r *recorder) Subscribe(ctx context.Context, channel string, handle func(st
 	return s, err
 }
 
+// batches is a driver that counts the batches of calls (EvalMany) and the
+// calls in them.
+type batches struct {
+	driver.Driver
+	mu       sync.Mutex
+	n, calls int
+}
+
+func (b *batches) EvalMany(ctx context.Context, calls []driver.Call, replies []driver.Reply) {
+	b.mu.Lock()
+	b.n++
+	b.calls += len(calls)
+	b.mu.Unlock()
+	b.Driver.EvalMany(ctx, calls, replies)
+}
+
 // subscribed reports whether a subscription is confirmed.
 func (r *recorder) subscribed() bool {
 	r.mu.Lock()

@@ -169,7 +169,7 @@ func valkeyClient(tb testing.TB, o valkey.ClientOption) valkey.Client {
 // goRedisDriver returns the core's go-redis driver on the server at addr.
 func goRedisDriver(tb testing.TB, addr string) driver.Driver {
 	tb.Helper()
-	d, err := goredis.New(goRedis(tb, redis.NewClient(&redis.Options{Addr: addr})), true)
+	d, err := goredis.New(goRedis(tb, redis.NewClient(&redis.Options{Addr: addr})))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package valkeylease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ func TestLeases(t *testing.T) {
 	each(t, []testCase{
 		{"TryAcquire", testTryAcquire},
 		{"Contention", testContention},
+		{"ManyGoroutines", testManyGoroutines},
 		{"ReleaseWakesWaiter", testReleaseWakesWaiter},
 		{"AcquireAll", testAcquireAll},
 		{"Semaphore", testSemaphore},
@@ -84,6 +86,50 @@ func testContention(t *testing.T, e *env) {
 	}
 	eq(t, len(won), 1, "winners")
 	must(t, won[0].Release(ctx))
+}
+
+// Many goroutines on keys of their own, more than the Client has requests
+// in flight before it combines calls (redlease.WithCombinedRequests): every
+// pair succeeds, with fences that rise, whether its calls went alone or in
+// a batch (DoMulti, split by node on Cluster).
+func testManyGoroutines(t *testing.T, e *env) {
+	ctx := t.Context()
+	rec := &batches{Driver: Driver(e.client)}
+	locks := closed(t, redlease.NewWithDriver(rec))
+	const goroutines, pairs = 64, 20
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			r := resource(t, fmt.Sprint(g))
+			var last int64
+			for range pairs {
+				l, err := locks.TryAcquire(ctx, r)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if l.Fence() <= last {
+					errs <- fmt.Errorf("fence %d after %d", l.Fence(), last)
+					return
+				}
+				last = l.Fence()
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range goroutines {
+		must(t, servertest.Recv(t, errs, time.Minute))
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	t.Logf("%d of %d calls went in %d batches", rec.calls, 2*goroutines*pairs, rec.n)
+	if rec.n == 0 {
+		t.Error("no calls were combined")
+	}
 }
 
 // A waiter whose Client runs on a clock that never moves has no timer that

@@ -26,8 +26,7 @@ type Driver struct {
 	// longest is the longest a request may take by the client's own
 	// timeouts, retries included; 0 if they do not bound it.
 	longest time.Duration
-	comb    combiner // see combine.go
-	subs    subs     // see pubsub.go
+	subs    subs // see pubsub.go
 }
 
 var (
@@ -41,10 +40,9 @@ var ErrRing = errors.New("a *redis.Ring is not supported: it spreads a resource'
 	"slot's fence counter) and wake-up channels over shards that no one script can reach; use a client " +
 	"per Redis deployment (redis.NewClient, NewFailoverClient or NewClusterClient)")
 
-// New returns the driver on rdb. Concurrent calls share round trips unless
-// combine is false (see combine.go). A *redis.Ring is refused with ErrRing.
-func New(rdb redis.UniversalClient, combine bool) (*Driver, error) {
-	d := &Driver{rdb: rdb, comb: combiner{off: !combine}}
+// New returns the driver on rdb. A *redis.Ring is refused with ErrRing.
+func New(rdb redis.UniversalClient) (*Driver, error) {
+	d := &Driver{rdb: rdb}
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
 		d.cluster, d.ctxTime = c, c.Options().ContextTimeoutEnabled
@@ -90,8 +88,8 @@ func replyOf(cmd *redis.Cmd) driver.Reply {
 	return driver.Reply{Value: cmd.Val()}
 }
 
-// evalOne sends c on its own.
-func (d *Driver) evalOne(ctx context.Context, c driver.Call) driver.Reply {
+// Eval implements driver.Driver.
+func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 	cmd := command(ctx, &c)
 	_ = d.rdb.Process(ctx, cmd)
 	return replyOf(cmd)
@@ -104,11 +102,6 @@ func (d *Driver) EvalMany(ctx context.Context, calls []driver.Call, replies []dr
 		replies[0] = d.Eval(ctx, calls[0])
 		return
 	}
-	d.pipeline(ctx, calls, replies)
-}
-
-// pipeline runs calls in one pipeline.
-func (d *Driver) pipeline(ctx context.Context, calls []driver.Call, replies []driver.Reply) {
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := d.rdb.Pipeline()
 	for i := range calls {

@@ -76,6 +76,7 @@ type Conn struct {
 	d      driver.Driver
 	keeper driver.DeadlineKeeper // nil: d keeps every deadline
 	health atomic.Int32
+	comb   combiner // see combine.go
 }
 
 // The health of a Conn.
@@ -85,9 +86,11 @@ const (
 	healthSilent           // the last request got none
 )
 
-// NewConn returns a Conn on d.
-func NewConn(d driver.Driver) *Conn {
-	c := &Conn{d: d}
+// NewConn returns a Conn on d. Once combineAfter of its requests are in
+// flight, its concurrent calls share round trips (see combine.go); never if
+// combineAfter is 0.
+func NewConn(d driver.Driver, combineAfter int) *Conn {
+	c := &Conn{d: d, comb: combiner{after: combineAfter}}
 	c.keeper, _ = d.(driver.DeadlineKeeper)
 	return c
 }
@@ -141,10 +144,10 @@ func (c *Conn) noScript(err error) bool {
 // Run runs cl once: by EVALSHA, and by EVAL after NOSCRIPT.
 func (c *Conn) Run(ctx context.Context, cl Call) driver.Reply {
 	dc := c.call(ctx, cl, false)
-	r := c.d.Eval(ctx, dc)
+	r := c.eval(ctx, dc)
 	if dc.Hash != "" && c.noScript(r.Err) {
 		dc.Hash = ""
-		r = c.d.Eval(ctx, dc)
+		r = c.eval(ctx, dc)
 	}
 	c.note(r.Err)
 	return r
@@ -231,8 +234,12 @@ func (c *Conn) Connect(ctx context.Context, key string) error {
 
 // Classify is the driver's view of a failed request's error, except that
 // an error reply by which Redis says it runs nothing now counts as not sent
-// (see unavailable).
+// (see unavailable), and so does a call that left the combining queue
+// unsent.
 func (c *Conn) Classify(err error) driver.ErrorClass {
+	if errors.As(err, new(unsent)) {
+		return driver.NotSent
+	}
 	class := c.d.Classify(err)
 	if class == driver.Refused && unavailable(err.Error()) {
 		return driver.NotSent

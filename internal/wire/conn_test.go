@@ -74,7 +74,7 @@ func (f *fakeServer) Classify(err error) driver.ErrorClass {
 // alone or in a batch; then by EVALSHA again.
 func TestRunSendsTheSourceAfterNoScript(t *testing.T) {
 	f := &fakeServer{cache: map[string]bool{}}
-	c := NewConn(f)
+	c := NewConn(f, 0)
 	ctx := context.Background()
 	k := KeysOf("p:", "r")
 	for range 2 {
@@ -105,7 +105,7 @@ func TestHashesComeFromTheServerWhereSHA1IsNotAllowed(t *testing.T) {
 		t.Fatal("a hash was computed")
 	}
 	f := &fakeServer{cache: map[string]bool{}}
-	c := NewConn(f)
+	c := NewConn(f, 0)
 	ctx := context.Background()
 	for range 3 {
 		if r := c.Run(ctx, Call{Script: s}); r.Value != int64(1) {

@@ -1,4 +1,4 @@
-package goredis
+package wire
 
 import (
 	"context"
@@ -10,34 +10,30 @@ import (
 	"github.com/redlease/redlease/driver"
 )
 
-// Concurrent calls of one Driver share round trips. While combineAfter
-// requests of the Driver are in flight (those that could have queued: a call
-// that may not queue goes out uncounted), the calls that other goroutines
-// make queue up; when a request returns, the calls that queued meanwhile go out
-// together, in one pipeline sent by the first of them. An uncontended call
-// goes out at once, as it would without this. Under load one write and one
-// read, on both sides, carry many calls instead of one each: on a loaded
-// machine those system calls are most of what a lease's round trips cost
-// (docs/PERFORMANCE.md has the measurement).
+// Concurrent calls of one Conn share round trips when it combines them
+// (NewConn). While that many of its requests are in flight (those that
+// could have queued: a call that may not queue goes out uncounted), the
+// calls that other goroutines make queue up; when a request returns, the
+// calls that queued meanwhile go out together, in one pipeline
+// (driver.Driver.EvalMany) sent by one of them. An uncontended call goes
+// out at once, as it would without this. Under load one write and one read,
+// on both sides, carry many calls instead of one each: on a loaded machine
+// those system calls are most of what a lease's round trips cost
+// (docs/PERFORMANCE.md has the measurement), with every client library.
 //
 // A queued call waits for a request in flight before its own is sent, and
 // leaves the queue unsent when its context ends. A batch runs with the
 // context of the call that sends it, without its cancellation: what one
-// caller gives up does not fail the others' calls. On a client that ends a
-// request at its context's deadline (ContextTimeoutEnabled), the call with
-// the latest deadline sends the batch, under that deadline, and every other
-// call of the batch stops waiting at its own: each keeps its deadline, as
-// it would on a request of its own. A call whose context has ended goes out
-// at once, to fail as it would have.
+// caller gives up does not fail the others' calls. Where the driver keeps a
+// call's deadline (driver.DeadlineKeeper), the call with the latest
+// deadline, or one without, sends the batch, under that deadline, and every
+// other call of the batch stops waiting at its own: each keeps its deadline,
+// as it would on a request of its own. A call whose context has ended goes
+// out at once, to fail as it would have.
 
-// combineAfter is how many requests a Driver has in flight before its calls
-// queue. With 8 goroutines on this repository's 2-core machine, 4 did
-// better than 1 or 2 (docs/PERFORMANCE.md).
-const combineAfter = 4
-
-// combiner is the queue of a Driver.
+// combiner is the queue of a Conn.
 type combiner struct {
-	off   bool // WithCombinedRequests(false)
+	after int // requests in flight before calls queue; 0: never
 	mu    sync.Mutex
 	busy  int // requests in flight that went through the queue's check
 	queue []*pendingCall
@@ -54,23 +50,23 @@ type pendingCall struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pendingCall{ready: make(chan struct{}, 1)} }}
 
-// Eval implements driver.Driver: at once, or in the next batch.
-func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
-	m := &d.comb
-	if m.off || ctx.Err() != nil {
-		return d.evalOne(ctx, c)
+// eval runs dc: at once, or in the next batch.
+func (c *Conn) eval(ctx context.Context, dc driver.Call) driver.Reply {
+	m := &c.comb
+	if m.after == 0 || ctx.Err() != nil {
+		return c.d.Eval(ctx, dc)
 	}
 	m.mu.Lock()
-	if m.busy < combineAfter {
+	if m.busy < m.after {
 		m.busy++
 		m.mu.Unlock()
 		defer m.pass()
-		return d.evalOne(ctx, c)
+		return c.d.Eval(ctx, dc)
 	}
 	p := pendingPool.Get().(*pendingCall)
-	p.c = c
-	if d.ctxTime {
-		p.deadline, _ = ctx.Deadline()
+	p.c = dc
+	if d, ok := ctx.Deadline(); ok && c.KeepsDeadline(d) {
+		p.deadline = d
 	}
 	m.queue = append(m.queue, p)
 	m.mu.Unlock()
@@ -80,7 +76,7 @@ func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 		if m.leave(p) { // not sent: as if no connection was free in time
 			*p = pendingCall{ready: p.ready}
 			pendingPool.Put(p)
-			return driver.Reply{Err: ctx.Err()}
+			return driver.Reply{Err: unsent{ctx.Err()}}
 		}
 		// In a batch already; p.batch, set before pass let go of the queue's
 		// lock, tells its sender.
@@ -104,7 +100,7 @@ func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 			bctx, cancel = context.WithDeadline(bctx, p.deadline)
 			defer cancel()
 		}
-		d.sendBatch(bctx, p.batch)
+		c.sendBatch(bctx, p.batch)
 	}
 	r := p.r
 	*p = pendingCall{ready: p.ready}
@@ -112,11 +108,12 @@ func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 	return r
 }
 
-// sendBatch runs the calls of batch in one pipeline (driver.MaxBatch at most),
-// hands each its reply, and passes the turn on. If the pipeline panics (a
-// go-redis hook of the caller's), the panic is its sender's, and every other
-// call of the batch gets ErrBatchPanicked rather than waiting forever.
-func (d *Driver) sendBatch(ctx context.Context, batch []*pendingCall) {
+// sendBatch runs the calls of batch in pipelines of driver.MaxBatch calls
+// at most, hands each its reply, and passes the turn on. If a pipeline
+// panics (a go-redis hook of the caller's), the panic is its sender's, and
+// every other call of the batch gets ErrBatchPanicked rather than waiting
+// forever.
+func (c *Conn) sendBatch(ctx context.Context, batch []*pendingCall) {
 	delivered := false
 	defer func() {
 		if !delivered {
@@ -125,7 +122,7 @@ func (d *Driver) sendBatch(ctx context.Context, batch []*pendingCall) {
 				p.ready <- struct{}{}
 			}
 		}
-		d.comb.pass()
+		c.comb.pass()
 	}()
 	calls := make([]driver.Call, len(batch))
 	for i, p := range batch {
@@ -134,7 +131,7 @@ func (d *Driver) sendBatch(ctx context.Context, batch []*pendingCall) {
 	out := make([]driver.Reply, len(batch))
 	for from := 0; from < len(calls); from += driver.MaxBatch {
 		to := min(from+driver.MaxBatch, len(calls))
-		d.pipeline(ctx, calls[from:to], out[from:to])
+		c.d.EvalMany(ctx, calls[from:to], out[from:to])
 	}
 	delivered = true
 	for i, p := range batch {
@@ -190,8 +187,14 @@ func (m *combiner) leave(p *pendingCall) bool {
 }
 
 // Queued returns how many calls wait in the queue, for tests.
-func (d *Driver) Queued() int {
-	d.comb.mu.Lock()
-	defer d.comb.mu.Unlock()
-	return len(d.comb.queue)
+func (c *Conn) Queued() int {
+	c.comb.mu.Lock()
+	defer c.comb.mu.Unlock()
+	return len(c.comb.queue)
 }
+
+// unsent is the error of a call that left the queue unsent: its context's.
+type unsent struct{ err error }
+
+func (e unsent) Error() string { return e.err.Error() }
+func (e unsent) Unwrap() error { return e.err }
