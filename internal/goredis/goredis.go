@@ -96,12 +96,9 @@ func (d *Driver) Eval(ctx context.Context, c driver.Call) driver.Reply {
 }
 
 // EvalMany implements driver.Driver: one pipeline, which go-redis splits by
-// node on Cluster.
+// node on Cluster; for one call too, as a combined batch of one was sent
+// when a plain command did worse (docs/PERFORMANCE.md).
 func (d *Driver) EvalMany(ctx context.Context, calls []driver.Call, replies []driver.Reply) {
-	if len(calls) == 1 {
-		replies[0] = d.Eval(ctx, calls[0])
-		return
-	}
 	cmds := make([]*redis.Cmd, len(calls))
 	pipe := d.rdb.Pipeline()
 	for i := range calls {
