@@ -43,7 +43,7 @@ type combiner struct {
 type pendingCall struct {
 	c        driver.Call
 	r        driver.Reply
-	deadline time.Time      // its context's, if it keeps one (zero: none)
+	deadline time.Time      // its context's, if the driver keeps it (zero: none)
 	batch    []*pendingCall // if it sends the next batch: the batch, itself first
 	ready    chan struct{}  // it has its reply, or a batch to send
 }
@@ -110,7 +110,7 @@ func (c *Conn) eval(ctx context.Context, dc driver.Call) driver.Reply {
 
 // sendBatch runs the calls of batch in pipelines of driver.MaxBatch calls
 // at most, hands each its reply, and passes the turn on. If a pipeline
-// panics (a go-redis hook of the caller's), the panic is its sender's, and
+// panics (a hook of the client library's), the panic is its sender's, and
 // every other call of the batch gets ErrBatchPanicked rather than waiting
 // forever.
 func (c *Conn) sendBatch(ctx context.Context, batch []*pendingCall) {
