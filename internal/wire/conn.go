@@ -206,8 +206,12 @@ func (c *Conn) RunWait(ctx context.Context, cl Call, replicas int, timeout time.
 	return r, acked
 }
 
-// note records whether a request got an answer.
+// note records whether a request got an answer. A call that left the
+// combining queue unsent was no request: it says nothing of Redis.
 func (c *Conn) note(err error) {
+	if errors.As(err, new(unsent)) {
+		return
+	}
 	h := int32(healthAnswering)
 	if err != nil && c.Classify(err) != driver.Refused {
 		h = healthSilent

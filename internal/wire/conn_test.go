@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,5 +118,71 @@ func TestHashesComeFromTheServerWhereSHA1IsNotAllowed(t *testing.T) {
 	want := []string{"eval", "evalsha", "eval", "evalsha", "evalsha"}
 	if !slices.Equal(f.sent, want) {
 		t.Fatalf("sent %v, want %v", f.sent, want)
+	}
+}
+
+// heldServer is a fakeServer whose Evals wait for open once hold is called.
+type heldServer struct {
+	*fakeServer
+	mu     sync.Mutex
+	closed bool
+	held   int
+	gate   chan struct{}
+}
+
+func (h *heldServer) Eval(ctx context.Context, c driver.Call) driver.Reply {
+	h.mu.Lock()
+	hold := h.closed
+	if hold {
+		h.held++
+	}
+	h.mu.Unlock()
+	if hold {
+		<-h.gate
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fakeServer.Eval(ctx, c)
+}
+
+// A call that leaves the combining queue unsent at the end of its context
+// is not sent, and tells nothing of Redis: the Conn still counts it as
+// answering, so the next acquire needs no check of it.
+func TestCallLeftUnsentKeepsTheConnsHealth(t *testing.T) {
+	h := &heldServer{fakeServer: &fakeServer{cache: map[string]bool{}}, gate: make(chan struct{})}
+	c := NewConn(h, 1)
+	ctx := context.Background()
+	call := Refresh(KeysOf("p:", "r").Lease, "o", "1000")
+	if r := c.Run(ctx, call); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	first := make(chan driver.Reply, 1)
+	go func() { first <- c.Run(ctx, call) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.mu.Lock()
+		held := h.held
+		h.mu.Unlock()
+		if held == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no request in flight")
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	r := c.Run(short, call)
+	if !errors.Is(r.Err, context.DeadlineExceeded) || c.Classify(r.Err) != driver.NotSent {
+		t.Fatalf("the queued call: %v, class %v; want its deadline, not sent", r.Err, c.Classify(r.Err))
+	}
+	if got := c.health.Load(); got != healthAnswering {
+		t.Fatalf("health %d after a call left unsent, want %d (answering)", got, healthAnswering)
+	}
+	close(h.gate)
+	if r := <-first; r.Err != nil {
+		t.Fatal(r.Err)
 	}
 }
