@@ -171,12 +171,17 @@ func (a *acquisition) sharedCall() wire.Call {
 	return wire.Write(k, sk, a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.queued, a.cfg.leaseTail())
 }
 
+// plainRenewal reports whether the lease is renewed by refresh.lua on its
+// lease key alone (an exclusive lease, no election's term), which
+// refresh_many.lua does for many leases at once.
+func (l *Lease) plainRenewal() bool { return l.shared == nil && !l.cfg.term }
+
 // refreshCall is the lease's compare-and-renew call.
 func (l *Lease) refreshCall() wire.Call {
 	if l.shared == nil && l.cfg.term {
 		return wire.RefreshTerm(&l.keys, l.owner, l.timing().ttlArg)
 	}
-	if l.shared == nil {
+	if l.plainRenewal() {
 		return wire.Refresh(l.keys.Lease, l.owner, l.timing().ttlArg)
 	}
 	sk := l.shared.keys

@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlease/redlease/driver"
@@ -12,8 +13,10 @@ import (
 
 // The watchdog renews the auto-renewed leases of one Client. One goroutine
 // keeps every lease in a queue ordered by its next renewal time and sends the
-// renewals that fall due together, in pipelines: the cost per lease is a queue
-// entry and a timer, not a goroutine. The goroutine starts with the first
+// renewals that fall due together, in pipelines, where the server is not
+// Redis Cluster up to wire.RefreshManyMax exclusive leases to a script call
+// (see send): the cost per lease is a queue entry and a timer, not a
+// goroutine. The goroutine starts with the first
 // lease and ends watchdogLinger after no lease is left to renew.
 //
 // Lock order: a lease's mu before the watchdog's mu; the watchdog never
@@ -39,6 +42,10 @@ type watchdog struct {
 	sleepUntil time.Time // when the loop wakes by itself; zero: only when signalled
 	asleep     bool      // the loop waits for its timer, armed for sleepUntil, or a signal (see quiet)
 	wake       chan struct{}
+
+	// apart: a refresh_many.lua call was refused (see send); each lease is
+	// renewed by a call of its own from then on.
+	apart atomic.Bool
 
 	goroutines sync.WaitGroup // the loop and the batches; see Client.Close
 }
@@ -207,10 +214,8 @@ func (w *watchdog) renewBatch(batch []dueLease) []pending {
 		l  *Lease
 		at time.Time
 	}
-	var (
-		again  []requeue
-		events []pending
-	)
+	again := make([]requeue, 0, len(batch)) // nearly every lease, in one allocation
+	var events []pending
 	for _, b := range batch {
 		l := b.l
 		// A lease past its local deadline is about to end: its timer has
@@ -278,11 +283,110 @@ func (w *watchdog) send(leases []dueLease, first time.Time) (replies []int64, er
 	// sooner.
 	ctx, cancel := context.WithTimeout(context.Background(), first.Sub(w.clk.Now())) // first is on w.clk
 	defer cancel()
-	calls := func(i int) wire.Call { return leases[i].l.refreshCall() }
-	for i, r := range w.conn.RunMany(ctx, len(leases), calls) {
-		replies[i], errs[i] = wire.Int(r)
+	var plan renewalPlan
+	if w.together() {
+		plan = planRenewals(leases)
+	} else {
+		plan = renewEach(leases)
+	}
+	var refused []int // the leases of the refresh_many.lua calls that Redis refused
+	for j, r := range w.conn.RunMany(ctx, len(plan.calls), func(j int) wire.Call { return plan.calls[j] }) {
+		of := plan.leases[plan.from[j]:plan.from[j+1]]
+		if j >= plan.many {
+			replies[of[0]], errs[of[0]] = wire.Int(r)
+			continue
+		}
+		ns, err := wire.ParseRefreshMany(r, len(of))
+		if r.Err != nil && w.conn.Classify(r.Err) == driver.Refused {
+			refused = append(refused, of...)
+			continue
+		}
+		for i, x := range of {
+			if err != nil {
+				errs[x] = err
+			} else {
+				replies[x] = ns[i]
+			}
+		}
+	}
+	if len(refused) > 0 {
+		// Something between here and Redis may take the server for Redis
+		// Cluster, or route a script by its first key (a proxy), and refuse
+		// a call on keys of many slots. Renew each lease alone; if that
+		// works, do so from now on.
+		for i, r := range w.conn.RunMany(ctx, len(refused), func(i int) wire.Call { return leases[refused[i]].l.refreshCall() }) {
+			replies[refused[i]], errs[refused[i]] = wire.Int(r)
+			if r.Err == nil {
+				w.apart.Store(true)
+			}
+		}
 	}
 	return replies, errs
+}
+
+// together reports whether the watchdog may renew many leases in one
+// refresh_many.lua call: not on Redis Cluster, whose scripts touch one
+// hash slot each, and not once a call on keys of many slots was refused.
+func (w *watchdog) together() bool {
+	return !w.conn.Sharded() && !w.apart.Load()
+}
+
+// renewalPlan is how a batch of renewals goes out: calls[j] renews the
+// leases at the indexes leases[from[j]:from[j+1]] of the batch; the first
+// many calls are refresh_many.lua's, the others a lease's refreshCall.
+type renewalPlan struct {
+	calls  []wire.Call
+	leases []int
+	from   []int
+	many   int
+}
+
+// renewEach plans a refresh call per lease.
+func renewEach(batch []dueLease) renewalPlan {
+	p := renewalPlan{calls: make([]wire.Call, len(batch)), leases: make([]int, len(batch)), from: make([]int, len(batch)+1)}
+	for i, b := range batch {
+		p.calls[i], p.leases[i], p.from[i+1] = b.l.refreshCall(), i, i+1
+	}
+	return p
+}
+
+// planRenewals plans refresh_many.lua calls of up to wire.RefreshManyMax
+// leases for the exclusive leases of batch, and a call of their own for the
+// others (terms, semaphore permits, read and write leases: their scripts
+// differ).
+func planRenewals(batch []dueLease) renewalPlan {
+	var p renewalPlan
+	p.leases = make([]int, 0, len(batch))
+	for i, b := range batch {
+		if b.l.plainRenewal() {
+			p.leases = append(p.leases, i)
+		}
+	}
+	plain := len(p.leases)
+	if plain < 2 {
+		return renewEach(batch)
+	}
+	for i, b := range batch {
+		if !b.l.plainRenewal() {
+			p.leases = append(p.leases, i)
+		}
+	}
+	calls := (plain+wire.RefreshManyMax-1)/wire.RefreshManyMax + len(batch) - plain
+	p.calls, p.from = make([]wire.Call, 0, calls), make([]int, 1, calls+1)
+	for lo := 0; lo < plain; lo += wire.RefreshManyMax {
+		of := p.leases[lo:min(plain, lo+wire.RefreshManyMax)]
+		p.calls = append(p.calls, wire.RefreshMany(len(of), func(i int) (string, string, string) {
+			l := batch[of[i]].l
+			return l.keys.Lease, l.owner, l.timing().ttlArg
+		}))
+		p.from = append(p.from, lo+len(of))
+	}
+	p.many = len(p.calls)
+	for k := plain; k < len(p.leases); k++ {
+		p.calls = append(p.calls, batch[p.leases[k]].l.refreshCall())
+		p.from = append(p.from, k+1)
+	}
+	return p
 }
 
 // sleeping records that the loop, its timer armed, waits for it or for a

@@ -294,29 +294,30 @@ func (r *report) markdown() string {
 	if len(r.scale) > 0 {
 		w("## 4. Holding many leases\n\n")
 		w("One process takes N leases with `TryAcquire` from 64 goroutines (TTL 10 s, auto-renew on: a renewal every 3.33 s), "+
-			"holds them for %s, then releases them, on a Client on go-redis and on one on rueidis. While holding: renew commands per second (a go-redis hook; on rueidis, the commands given to its Do and DoMulti), CPU of the whole "+
+			"holds them for %s, then releases them, on a Client on go-redis and on one on rueidis. While holding: renewals per second (the PEXPIRE calls redis-server counts, one per renewal) and the requests that carried them (script calls: a go-redis hook; on rueidis, the commands given to its Do and DoMulti; the watchdog renews up to 100 leases in one call), CPU of the whole "+
 			"process (getrusage) and of redis-server, in cores. Heap per lease: live heap after GC, after minus before taking them. "+
 			"Renew lateness: for 1,000 observed leases (`WithObserver`), how long after its schedule (an interval after the previous "+
 			"one fell due, or was sent if that was later) each renewal was sent; renewals due within interval/10 of each other share a "+
 			"pipeline, so some go early, and two renewals of a lease may be 1.1 intervals apart. "+
 			"The smallest remaining TTL seen by sampling PTTL of 200 random leases every 200 ms must stay above TTL − 1.1 × interval − "+
 			"lateness ≈ 6.3 s. Lost: EventLost among the observed leases plus lease contexts that had ended among all of them.\n\n", r.plan.scaleWindow)
-		w("| client | leases | acquire | renew cmds/s (expected) | process CPU | redis-server CPU | heap per lease | lateness p50 / p99 / max | min PTTL seen | lost | release |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| client | leases | acquire | renewals/s (expected) · requests/s | process CPU | redis-server CPU | heap per lease | lateness p50 / p99 / max | min PTTL seen | lost | release |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.scale {
-			w("| %s | %s | %s (%s/s) | %s (%s) | %.1f %% | %.1f %% | %.0f B | %s / %s / %s | %.2f s | %d | %s |\n",
+			w("| %s | %s | %s (%s/s) | %s (%s) · %s | %.1f %% | %.1f %% | %.0f B | %s / %s / %s | %.2f s | %d | %s |\n",
 				s.client, thousands(float64(s.leases)), s.acquire.Round(time.Millisecond), thousands(float64(s.leases)/s.acquire.Seconds()),
-				thousands(s.renewPerSec), thousands(s.expectPerSec), 100*s.cpu, 100*s.serverCPU, s.heapPerLease,
+				thousands(s.renewPerSec), thousands(s.expectPerSec), thousands(s.reqPerSec), 100*s.cpu, 100*s.serverCPU, s.heapPerLease,
 				signed(quantile(s.late, 0.5)), signed(quantile(s.late, 0.99)), signed(quantile(s.late, 1)),
 				s.minPTTL.Seconds(), s.lost+int64(s.ended), s.release.Round(time.Millisecond))
 		}
-		w("\nThe renewal floor: the largest N keys set as leases, each renewed every 3.33 s with redlease's refresh script sent " +
-			"by the client itself (EVALSHA in pipelines of 1,000, ten groups of keys falling due one every 333 ms), with no " +
+		w("\nThe renewal floor: the largest N keys set as leases, each renewed every 3.33 s as the watchdog renews them, with " +
+			"redlease's script that renews 100 leases in one call, sent by the client itself (EVALSHA, 1,000 keys to a pipeline, " +
+			"ten groups of keys falling due one every 333 ms), with no " +
 			"lease, lock, timer or context per key; the same window, the same PTTL sampler beside it. What any client pays " +
 			"for these renewals, beside which redlease's rows are read.\n\n")
-		w("| client | keys | renew cmds/s (expected) | process CPU | redis-server CPU | min PTTL seen | lost |\n|---|---|---|---|---|---|---|\n")
+		w("| client | keys | renewals/s (expected) · requests/s | process CPU | redis-server CPU | min PTTL seen | lost |\n|---|---|---|---|---|---|---|\n")
 		for _, s := range r.scaleFloor {
-			w("| %s, the renewal floor | %s | %s (%s) | %.1f %% | %.1f %% | %.2f s | %d |\n",
-				s.client, thousands(float64(s.leases)), thousands(s.renewPerSec), thousands(s.expectPerSec),
+			w("| %s, the renewal floor | %s | %s (%s) · %s | %.1f %% | %.1f %% | %.2f s | %d |\n",
+				s.client, thousands(float64(s.leases)), thousands(s.renewPerSec), thousands(s.expectPerSec), thousands(s.reqPerSec),
 				100*s.cpu, 100*s.serverCPU, s.minPTTL.Seconds(), s.lost)
 		}
 		w("\n")

@@ -25,7 +25,8 @@ type scaleResult struct {
 	acquire      time.Duration // taking all n, in parallel
 	release      time.Duration // releasing all n, in parallel
 	window       time.Duration
-	renewPerSec  float64 // commands sent while holding, per second
+	renewPerSec  float64 // renewals while holding, per second: PEXPIRE calls on the server
+	reqPerSec    float64 // renewal requests (script calls) sent while holding, per second
 	expectPerSec float64 // n / renew interval
 	cpu          float64 // process CPU while holding, in cores
 	serverCPU    float64 // redis-server CPU while holding, in cores
@@ -156,7 +157,8 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 		return res, ctx.Err()
 	}
 	cpu1, st1, elapsed := cpuTime(), srv.stats(ctx), time.Since(t0)
-	res.renewPerSec = float64(sent.Load()) / elapsed.Seconds()
+	res.reqPerSec = float64(sent.Load()) / elapsed.Seconds()
+	res.renewPerSec = float64(st1.sub(st0).pexpire) / elapsed.Seconds()
 	res.cpu = float64(cpu1-cpu0) / float64(elapsed)
 	res.serverCPU = float64(st1.sub(st0).cpu) / float64(elapsed)
 	if res.minPTTL, err = sampler.stop(); err != nil {

@@ -15,13 +15,14 @@ import (
 )
 
 // renewFloor is the least a client pays to keep n leases alive: n keys set
-// as redlease's leases are, each renewed every interval with redlease's
-// refresh script (EVALSHA, compare-and-renew), sent by the client itself
-// in pipelines of driver.MaxBatch, from a plain schedule with no lease
-// object, lock, timer or context per key. The keys fall due in ten groups,
-// one every interval/10, as the watchdog sends together what falls due
-// within interval/10. Measured as scale measures redlease: the process's
-// CPU over window, the PTTL sampler running beside it.
+// as redlease's leases are, each renewed every interval as the watchdog
+// renews them, by refresh_many.lua calls of wire.RefreshManyMax keys
+// (EVALSHA, compare-and-renew), driver.MaxBatch keys to a pipeline, sent
+// by the client itself from a plain schedule with no lease object, lock,
+// timer or context per key. The keys fall due in ten groups, one every
+// interval/10, as the watchdog sends together what falls due within
+// interval/10. Measured as scale measures redlease: the process's CPU over
+// window, the PTTL sampler running beside it.
 func renewFloor(ctx context.Context, srv *server, client string, n int, window time.Duration) (scaleResult, error) {
 	res := scaleResult{client: client, leases: n, window: window}
 	interval := ttl / 3
@@ -32,37 +33,64 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 		owners[i] = fmt.Sprintf("%08x-floor-%d", rand.Uint32(), i)
 	}
 	ttlArg := strconv.FormatInt(ttlMS, 10)
-	src := wire.Named("refresh.lua").Source()
+	src := wire.Named("refresh_many.lua").Source()
+	// call is the refresh_many.lua call on keys[lo:hi].
+	call := func(lo, hi int) wire.Call {
+		return wire.RefreshMany(hi-lo, func(i int) (string, string, string) { return keys[lo+i], owners[lo+i], ttlArg })
+	}
+	// count adds the replies of one call on k keys to sent and lost.
+	count := func(vals []int64, k int, sent, lost *int) error {
+		if len(vals) != k {
+			return fmt.Errorf("refresh_many.lua replied %d values for %d keys", len(vals), k)
+		}
+		for _, v := range vals {
+			if v != 1 {
+				*lost++
+			}
+		}
+		*sent += k
+		return nil
+	}
 
-	// send renews keys[from:to], in pipelines of driver.MaxBatch, and
-	// returns how many renewals were sent and how many found the key gone.
-	var send func(from, to int) (sent, lost int, err error)
+	// send renews keys[from:to], driver.MaxBatch keys to a pipeline, and
+	// returns how many renewals were sent, how many found the key gone,
+	// and the number of requests (script calls).
+	var send func(from, to int) (sent, lost, reqs int, err error)
 	rdb := srv.client(nil, 4)
 	defer rdb.Close()
 	switch client {
 	case "go-redis":
 		refresh := redis.NewScript(src)
-		send = func(from, to int) (int, int, error) {
-			sent, lost := 0, 0
+		send = func(from, to int) (sent, lost, reqs int, err error) {
 			for lo := from; lo < to; lo += driver.MaxBatch {
 				hi := min(to, lo+driver.MaxBatch)
 				cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-					for i := lo; i < hi; i++ {
-						refresh.EvalSha(ctx, p, []string{keys[i]}, owners[i], ttlArg)
+					for j := lo; j < hi; j += wire.RefreshManyMax {
+						c := call(j, min(hi, j+wire.RefreshManyMax))
+						args := make([]any, len(c.Args))
+						for i, a := range c.Args {
+							args[i] = a
+						}
+						refresh.EvalSha(ctx, p, c.Keys, args...)
 					}
 					return nil
 				})
 				if err != nil {
-					return sent, lost, err
+					return sent, lost, reqs, err
 				}
-				for _, c := range cmds {
-					if c.(*redis.Cmd).Val() != int64(1) {
-						lost++
+				for j, c := range cmds {
+					vals, err := c.(*redis.Cmd).Int64Slice()
+					if err != nil {
+						return sent, lost, reqs, err
+					}
+					k := min(hi, lo+(j+1)*wire.RefreshManyMax) - (lo + j*wire.RefreshManyMax)
+					if err := count(vals, k, &sent, &lost); err != nil {
+						return sent, lost, reqs, err
 					}
 				}
-				sent += len(cmds)
+				reqs += len(cmds)
 			}
-			return sent, lost, nil
+			return sent, lost, reqs, nil
 		}
 		if err := refresh.Load(ctx, rdb).Err(); err != nil {
 			return res, err
@@ -77,26 +105,29 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 		if err != nil {
 			return res, err
 		}
-		cmds := make(rueidis.Commands, 0, driver.MaxBatch)
-		send = func(from, to int) (int, int, error) {
-			sent, lost := 0, 0
+		cmds := make(rueidis.Commands, 0, driver.MaxBatch/wire.RefreshManyMax+1)
+		var sizes []int
+		send = func(from, to int) (sent, lost, reqs int, err error) {
 			for lo := from; lo < to; lo += driver.MaxBatch {
-				cmds = cmds[:0]
-				for i := lo; i < min(to, lo+driver.MaxBatch); i++ {
-					cmds = append(cmds, rc.B().Evalsha().Sha1(sha).Numkeys(1).Key(keys[i]).Arg(owners[i], ttlArg).Build())
+				hi := min(to, lo+driver.MaxBatch)
+				cmds, sizes = cmds[:0], sizes[:0]
+				for j := lo; j < hi; j += wire.RefreshManyMax {
+					c := call(j, min(hi, j+wire.RefreshManyMax))
+					cmds = append(cmds, rc.B().Evalsha().Sha1(sha).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build())
+					sizes = append(sizes, len(c.Keys))
 				}
-				for _, r := range rc.DoMulti(ctx, cmds...) {
-					v, err := r.AsInt64()
+				for j, r := range rc.DoMulti(ctx, cmds...) {
+					vals, err := r.AsIntSlice()
 					if err != nil {
-						return sent, lost, err
+						return sent, lost, reqs, err
 					}
-					if v != 1 {
-						lost++
+					if err := count(vals, sizes[j], &sent, &lost); err != nil {
+						return sent, lost, reqs, err
 					}
-					sent++
 				}
+				reqs += len(cmds)
 			}
-			return sent, lost, nil
+			return sent, lost, reqs, nil
 		}
 	default:
 		return res, fmt.Errorf("no client %q", client)
@@ -119,7 +150,7 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 	// and every interval after that.
 	const groups = 10
 	start := time.Now()
-	var sent, lost int
+	var sent, lost, reqs int
 	var cpu0, cpu1 time.Duration
 	var st0, st1 serverStats
 	var t0 time.Time
@@ -129,7 +160,7 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 		if t0.IsZero() && !due.Before(windowFrom) {
 			settle()
 			cpu0, st0, t0 = cpuTime(), srv.stats(ctx), time.Now()
-			sent = 0
+			sent, reqs = 0, 0
 		}
 		if !due.Before(windowTo) {
 			break
@@ -140,11 +171,11 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 			return res, ctx.Err()
 		}
 		g := round % groups
-		s, l, err := send(g*n/groups, (g+1)*n/groups)
+		s, l, r, err := send(g*n/groups, (g+1)*n/groups)
 		if err != nil {
 			return res, err
 		}
-		sent, lost = sent+s, lost+l
+		sent, lost, reqs = sent+s, lost+l, reqs+r
 	}
 	// Wait out the window's end as scale does.
 	select {
@@ -154,7 +185,11 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 	}
 	cpu1, st1 = cpuTime(), srv.stats(ctx)
 	elapsed := time.Since(t0)
-	res.renewPerSec = float64(sent) / elapsed.Seconds()
+	res.renewPerSec = float64(st1.sub(st0).pexpire) / elapsed.Seconds()
+	res.reqPerSec = float64(reqs) / elapsed.Seconds()
+	if sent > 0 && res.renewPerSec == 0 {
+		return res, fmt.Errorf("%d renewals sent, no PEXPIRE counted by the server", sent)
+	}
 	res.cpu = float64(cpu1-cpu0) / float64(elapsed)
 	res.serverCPU = float64(st1.sub(st0).cpu) / float64(elapsed)
 	res.lost = int64(lost)

@@ -115,8 +115,9 @@ func (s *server) infoField(ctx context.Context, section, field string) string {
 
 // serverStats is a snapshot of the server's command counts and CPU time.
 type serverStats struct {
-	calls int64         // commands executed, including those called from scripts; without INFO
-	cpu   time.Duration // user + system
+	calls   int64         // commands executed, including those called from scripts; without INFO
+	pexpire int64         // of which PEXPIRE: in the scale part, one per renewal
+	cpu     time.Duration // user + system
 }
 
 func (s *server) stats(ctx context.Context) serverStats {
@@ -139,6 +140,9 @@ func (s *server) stats(ctx context.Context) serverStats {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					st.calls += n
+					if name == "cmdstat_pexpire" {
+						st.pexpire += n
+					}
 				}
 			}
 		case name == "used_cpu_user" || name == "used_cpu_sys":
@@ -150,7 +154,7 @@ func (s *server) stats(ctx context.Context) serverStats {
 }
 
 func (a serverStats) sub(b serverStats) serverStats {
-	return serverStats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu}
+	return serverStats{calls: a.calls - b.calls, pexpire: a.pexpire - b.pexpire, cpu: a.cpu - b.cpu}
 }
 
 // countingHook counts the commands go-redis clients send, pipelined ones

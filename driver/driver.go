@@ -104,8 +104,10 @@ const MaxBatch = 1000
 
 // Call is one run of a Lua script: EVALSHA Hash, or EVAL Source when Hash is
 // empty, with the keys and arguments. The first key routes the call on
-// Redis Cluster; every key of one call is in one hash slot. A Driver must not
-// keep or modify the slices after the call returns.
+// Redis Cluster, where every key of one call is in one hash slot. Where
+// Sharded is false, a call may name keys of many slots (the watchdog renews
+// many leases in one call), and a Driver sends it to its one server as it
+// is. A Driver must not keep or modify the slices after the call returns.
 type Call struct {
 	Hash   string // the SHA-1 of Source in hex; "" to send Source with EVAL
 	Source string

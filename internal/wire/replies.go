@@ -29,6 +29,21 @@ func Int(r driver.Reply) (int64, error) {
 	return 0, shared.Errorf("script replied %v", r.Value)
 }
 
+// ParseRefreshMany reads refresh_many.lua's reply to a call on n leases:
+// refresh.lua's reply for each.
+func ParseRefreshMany(r driver.Reply, n int) ([]int64, error) {
+	if r.Err != nil {
+		return nil, r.Err
+	}
+	vals, ok := r.Value.([]any)
+	if ok && len(vals) == n {
+		if out, ok := int64s(vals); ok {
+			return out, nil
+		}
+	}
+	return nil, shared.Errorf("script replied %v to the renewal of %d leases", r.Value, n)
+}
+
 // Done reads the reply of a compare-and-act script (release, refresh,
 // confirm): whether it acted, which it did only while the lease was ours.
 func Done(r driver.Reply) (bool, error) {

@@ -13,6 +13,7 @@ import (
 // arguments, and which of them may be absent.
 type header struct {
 	keys, perResource, args int
+	argsPerResource         int          // for a script whose arguments come per key (ARGV[2i-1], ARGV[2i])
 	absent                  map[int]bool // ARGV indexes the header says may be absent
 	absentKeys              int          // how many trailing KEYS the header says may be absent
 }
@@ -20,6 +21,8 @@ type header struct {
 var (
 	keysRef   = regexp.MustCompile(`KEYS\[(\d+)(?:\.\.(\d+))?\]`)
 	perRef    = regexp.MustCompile(`KEYS\[4i-3\.\.4i\]`)
+	perKeyRef = regexp.MustCompile(`^--\s+KEYS\[i\]`)
+	perArgRef = regexp.MustCompile(`^--\s+ARGV\[(\d+)i\]`)
 	argvRef   = regexp.MustCompile(`ARGV\[(\d+)\]`)
 	argvStart = regexp.MustCompile(`^--\s+ARGV\[(\d+)\]`)
 	keysStart = regexp.MustCompile(`^--\s+KEYS\[(\d+)\]`)
@@ -42,6 +45,13 @@ func readHeader(t *testing.T, name string) header {
 		}
 		if perRef.MatchString(line) {
 			h.perResource = 4
+		}
+		if perKeyRef.MatchString(line) {
+			h.perResource = 1
+		}
+		if m := perArgRef.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			h.argsPerResource = max(h.argsPerResource, n)
 		}
 		for _, m := range keysRef.FindAllStringSubmatch(line, -1) {
 			n, _ := strconv.Atoi(m[1])
@@ -94,6 +104,9 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 		{"acquire_all.lua", []Call{AcquireAll(two, "o", "o/c", "1000", true, true, "h")}},
 		{"confirm.lua", []Call{Confirm(&k, "o", 7, "1000")}},
 		{"refresh.lua", []Call{RefreshTerm(&k, "o", "1000"), Refresh(k.Lease, "o", "1000")}},
+		{"refresh_many.lua", []Call{RefreshMany(len(two), func(i int) (string, string, string) {
+			return two[i].Lease, "o", "1000"
+		})}},
 		{"release.lua", []Call{Release(&k, "o", "o/c", true), Release(&k, "o", "o/c", false), Release(&k, "o", "", false)}},
 		{"break.lua", []Call{Break(&k, sk, 0, true, BreakStem("p:"))}},
 		{"inspect.lua", []Call{Inspect(&k, sk)}},
@@ -120,6 +133,9 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 			if h.perResource > 0 {
 				wantKeys = h.perResource * len(two)
 			}
+			if h.argsPerResource > 0 {
+				h.args = h.argsPerResource * len(two)
+			}
 			if h.keys == 0 && h.perResource == 0 || h.args == 0 && tc.script != "inspect.lua" &&
 				tc.script != "counter.lua" && tc.script != "migrate.lua" {
 				t.Fatalf("header lists %d keys and %d arguments: not read", h.keys, h.args)
@@ -142,7 +158,7 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 			}
 		})
 	}
-	if len(named) != 22 {
-		t.Errorf("%d scripts named, 22 checked", len(named))
+	if len(named) != 23 {
+		t.Errorf("%d scripts named, 23 checked", len(named))
 	}
 }
