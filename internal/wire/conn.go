@@ -209,7 +209,7 @@ func (c *Conn) RunWait(ctx context.Context, cl Call, replicas int, timeout time.
 // note records whether a request got an answer. A call that left the
 // combining queue unsent was no request: it says nothing of Redis.
 func (c *Conn) note(err error) {
-	if errors.As(err, new(unsent)) {
+	if err != nil && errors.As(err, new(unsent)) { // the target escapes: only on failure
 		return
 	}
 	h := int32(healthAnswering)
