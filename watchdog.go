@@ -43,8 +43,9 @@ type watchdog struct {
 	asleep     bool      // the loop waits for its timer, armed for sleepUntil, or a signal (see quiet)
 	wake       chan struct{}
 
-	// apart: a refresh_many.lua call was refused (see send); each lease is
-	// renewed by a call of its own from then on.
+	// apart: refresh.lua renewed a lease that a refresh_many.lua call had
+	// not (see send); each lease is renewed by a call of its own from then
+	// on.
 	apart atomic.Bool
 
 	goroutines sync.WaitGroup // the loop and the batches; see Client.Close
@@ -289,7 +290,9 @@ func (w *watchdog) send(leases []dueLease, first time.Time) (replies []int64, er
 	} else {
 		plan = renewEach(leases)
 	}
-	var refused []int // the leases of the refresh_many.lua calls that Redis refused
+	// alone: the leases of refresh_many.lua calls that Redis refused, or
+	// that it said are not ours, which refresh.lua renews or gives up alone.
+	var alone []int
 	for j, r := range w.conn.RunMany(ctx, len(plan.calls), func(j int) wire.Call { return plan.calls[j] }) {
 		of := plan.leases[plan.from[j]:plan.from[j+1]]
 		if j >= plan.many {
@@ -298,25 +301,31 @@ func (w *watchdog) send(leases []dueLease, first time.Time) (replies []int64, er
 		}
 		ns, err := wire.ParseRefreshMany(r, len(of))
 		if r.Err != nil && w.conn.Classify(r.Err) == driver.Refused {
-			refused = append(refused, of...)
+			alone = append(alone, of...)
 			continue
 		}
 		for i, x := range of {
-			if err != nil {
+			switch {
+			case err != nil:
 				errs[x] = err
-			} else {
-				replies[x] = ns[i]
+			case ns[i] == 1:
+				replies[x] = 1
+			default:
+				alone = append(alone, x)
 			}
 		}
 	}
-	if len(refused) > 0 {
+	if len(alone) > 0 {
 		// Something between here and Redis may take the server for Redis
-		// Cluster, or route a script by its first key (a proxy), and refuse
-		// a call on keys of many slots. Renew each lease alone; if that
-		// works, do so from now on.
-		for i, r := range w.conn.RunMany(ctx, len(refused), func(i int) wire.Call { return leases[refused[i]].l.refreshCall() }) {
-			replies[refused[i]], errs[refused[i]] = wire.Int(r)
-			if r.Err == nil {
+		// Cluster and refuse a call on keys of many slots, or route a
+		// script by its first key (a proxy) and run it where the other
+		// keys are not. So only refresh.lua says that a lease is lost. A
+		// lease it renews is one that refresh_many.lua could not: from now
+		// on each lease goes alone.
+		for i, r := range w.conn.RunMany(ctx, len(alone), func(i int) wire.Call { return leases[alone[i]].l.refreshCall() }) {
+			x := alone[i]
+			replies[x], errs[x] = wire.Int(r)
+			if errs[x] == nil && replies[x] == 1 {
 				w.apart.Store(true)
 			}
 		}

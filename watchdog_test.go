@@ -19,13 +19,14 @@ import (
 )
 
 // renewalsDriver is the go-redis driver, which counts the renewal calls it
-// is given, says it talks to Redis Cluster if sharded, and refuses every
-// refresh_many.lua call while refuse is set, as a proxy that routes a script
-// by its first key may.
+// is given, says it talks to Redis Cluster if sharded, and, as a proxy may,
+// refuses every refresh_many.lua call while refuse is set, or runs it on
+// its first key alone while firstKeyOnly is (a proxy that sends a script
+// to the node of its first key, where the other keys are not).
 type renewalsDriver struct {
 	*goredis.Driver
-	rdb             *redis.Client // the Driver's
-	sharded, refuse bool
+	rdb                           *redis.Client // the Driver's
+	sharded, refuse, firstKeyOnly bool
 
 	mu       sync.Mutex
 	many     int // refresh_many.lua calls
@@ -55,20 +56,35 @@ func (d *renewalsDriver) EvalMany(ctx context.Context, calls []driver.Call, repl
 	var to []int
 	d.mu.Lock()
 	for i, c := range calls {
-		source := c.Source
-		if c.Hash == "" {
-			source = "" // sent again, with its source, after NOSCRIPT: counted once
-		}
-		switch source {
-		case wire.Named("refresh_many.lua").Source():
-			d.many++
-			d.manyKeys += len(c.Keys)
-			if d.refuse {
-				replies[i] = driver.Reply{Err: errCrossSlot}
-				continue
+		many := c.Source == wire.Named("refresh_many.lua").Source()
+		if c.Hash != "" { // not again, with its source, after NOSCRIPT: counted once
+			switch {
+			case many:
+				d.many++
+				d.manyKeys += len(c.Keys)
+			case c.Source == wire.Named("refresh.lua").Source(), c.Source == wire.Named("semaphore_refresh.lua").Source():
+				d.single++
 			}
-		case wire.Named("refresh.lua").Source(), wire.Named("semaphore_refresh.lua").Source():
-			d.single++
+		}
+		switch {
+		case many && d.refuse:
+			replies[i] = driver.Reply{Err: errCrossSlot}
+			continue
+		case many && d.firstKeyOnly:
+			one := c
+			one.Keys, one.Args = c.Keys[:1], c.Args[:2]
+			r := make([]driver.Reply, 1)
+			d.Driver.EvalMany(ctx, []driver.Call{one}, r)
+			if vals, ok := r[0].Value.([]any); ok {
+				all := make([]any, len(c.Keys))
+				all[0] = vals[0]
+				for k := 1; k < len(all); k++ {
+					all[k] = int64(0) // not found on the first key's node
+				}
+				r[0].Value = all
+			}
+			replies[i] = r[0]
+			continue
 		}
 		pass, to = append(pass, c), append(to, i)
 	}
@@ -137,9 +153,10 @@ func renewNow(t *testing.T, c *Client, clk *clock.Fake, leases []*Lease) {
 }
 
 // Exclusive leases that fall due together are renewed by refresh_many.lua,
-// up to wire.RefreshManyMax a call, each with its own verdict: a lease that is
-// no longer ours is lost, and the others are renewed. Other leases go in
-// calls of their own in the same batch.
+// up to wire.RefreshManyMax a call, each with its own verdict; a lease it
+// did not renew is tried alone with refresh.lua, whose verdict counts: a
+// lease that is no longer ours is lost, and the others are renewed. Other
+// leases go in calls of their own in the same batch.
 func TestWatchdogRenewsExclusiveLeasesInCallsOfMany(t *testing.T) {
 	d := &renewalsDriver{}
 	c, clk, pttl := renewalsSetup(t, d)
@@ -160,10 +177,13 @@ func TestWatchdogRenewsExclusiveLeasesInCallsOfMany(t *testing.T) {
 	many, keys, single := d.counts()
 	require.Equal(t, 3, many-many0, "refresh_many.lua calls")
 	require.Equal(t, n, keys, "leases renewed by them")
-	require.Equal(t, 1, single-single0, "calls of their own: the permit's")
-	for _, l := range []*Lease{taken, hash} {
-		require.ErrorIs(t, context.Cause(l.Context()), ErrLeaseLost, "a lease that is not ours")
-	}
+	require.Equal(t, 3, single-single0, "calls of their own: the permit's, and refresh.lua's for the two leases not renewed")
+	require.ErrorIs(t, context.Cause(taken.Context()), ErrLeaseLost, "a lease that is not ours")
+	// refresh.lua fails on a key that holds no string, and its lease is
+	// tried again while its local deadline allows; the others in its call
+	// were renewed.
+	require.NoError(t, hash.Context().Err())
+	require.GreaterOrEqual(t, hash.index, 0, "queued to try again")
 	for _, l := range append(leases, permit) {
 		if l == taken || l == hash {
 			continue
@@ -189,6 +209,28 @@ func TestRefusedRenewalOfManyLeasesGoesLeaseByLease(t *testing.T) {
 		many, _, single := d.counts()
 		require.Equal(t, 1, many, "refresh_many.lua calls after round %d", round)
 		require.Equal(t, 5*round, single, "refresh.lua calls after round %d", round)
+		for _, l := range leases {
+			require.NoError(t, l.Context().Err(), "lease %s", l.Resource())
+			require.Greater(t, pttl(l), 20*time.Second, "lease %s renewed in Redis", l.Resource())
+			require.Equal(t, clk.Now().Add(c.cfg.lifetime()), l.Deadline(), "lease %s renewed here", l.Resource())
+		}
+	}
+	require.True(t, c.wd.apart.Load())
+}
+
+// Where a refresh_many.lua call finds only its first key (a proxy that
+// sends a script to the node of its first key), refresh.lua renews the
+// leases it did not, none is lost, and every later batch goes lease by
+// lease.
+func TestLeasesThatRenewalOfManyMissedAreRenewedAlone(t *testing.T) {
+	d := &renewalsDriver{firstKeyOnly: true}
+	c, clk, pttl := renewalsSetup(t, d)
+	leases := takeLeases(t, c, 5)
+	for round := 1; round <= 2; round++ {
+		renewNow(t, c, clk, leases)
+		many, _, single := d.counts()
+		require.Equal(t, 1, many, "refresh_many.lua calls after round %d", round)
+		require.Equal(t, 4+5*(round-1), single, "refresh.lua calls after round %d", round)
 		for _, l := range leases {
 			require.NoError(t, l.Context().Err(), "lease %s", l.Resource())
 			require.Greater(t, pttl(l), 20*time.Second, "lease %s renewed in Redis", l.Resource())

@@ -8,9 +8,11 @@
 -- Go: watchdog.send in watchdog.go.
 --
 -- The keys are in many hash slots: this call is for a server that is not
--- Redis Cluster, where a script may name any key (on Cluster, and through
--- proxies that route a script by its first key, each lease is renewed by a
--- refresh.lua call of its own).
+-- Redis Cluster, where a script may name any key (on Cluster each lease is
+-- renewed by a refresh.lua call of its own). A lease this call does not
+-- renew is tried again alone with refresh.lua, whose reply alone counts
+-- as a loss: through a proxy that runs a script where its first key lives,
+-- the other keys are not found here.
 --
 -- KEYS[i]     the i-th lease key  <prefix>{<resource>}:lease
 --             "<owner>:<fence>[:<holder>]"
