@@ -196,48 +196,36 @@ func TestWatchdogRenewsExclusiveLeasesInCallsOfMany(t *testing.T) {
 	require.False(t, c.wd.apart.Load())
 }
 
-// Where something refuses a refresh_many.lua call (a proxy that routes a
-// script by its first key, a server that takes itself for Redis Cluster),
-// its leases are renewed one by one at once, and every later batch goes
-// lease by lease.
-func TestRefusedRenewalOfManyLeasesGoesLeaseByLease(t *testing.T) {
-	d := &renewalsDriver{refuse: true}
-	c, clk, pttl := renewalsSetup(t, d)
-	leases := takeLeases(t, c, 5)
-	for round := 1; round <= 2; round++ {
-		renewNow(t, c, clk, leases)
-		many, _, single := d.counts()
-		require.Equal(t, 1, many, "refresh_many.lua calls after round %d", round)
-		require.Equal(t, 5*round, single, "refresh.lua calls after round %d", round)
-		for _, l := range leases {
-			require.NoError(t, l.Context().Err(), "lease %s", l.Resource())
-			require.Greater(t, pttl(l), 20*time.Second, "lease %s renewed in Redis", l.Resource())
-			require.Equal(t, clk.Now().Add(c.cfg.lifetime()), l.Deadline(), "lease %s renewed here", l.Resource())
-		}
-	}
-	require.True(t, c.wd.apart.Load())
-}
-
-// Where a refresh_many.lua call finds only its first key (a proxy that
-// sends a script to the node of its first key), refresh.lua renews the
-// leases it did not, none is lost, and every later batch goes lease by
+// Where a proxy refuses a refresh_many.lua call, or sends it to the node of
+// its first key, where the other keys are not, refresh.lua renews at once
+// the leases it did not, none is lost, and every later batch goes lease by
 // lease.
-func TestLeasesThatRenewalOfManyMissedAreRenewedAlone(t *testing.T) {
-	d := &renewalsDriver{firstKeyOnly: true}
-	c, clk, pttl := renewalsSetup(t, d)
-	leases := takeLeases(t, c, 5)
-	for round := 1; round <= 2; round++ {
-		renewNow(t, c, clk, leases)
-		many, _, single := d.counts()
-		require.Equal(t, 1, many, "refresh_many.lua calls after round %d", round)
-		require.Equal(t, 4+5*(round-1), single, "refresh.lua calls after round %d", round)
-		for _, l := range leases {
-			require.NoError(t, l.Context().Err(), "lease %s", l.Resource())
-			require.Greater(t, pttl(l), 20*time.Second, "lease %s renewed in Redis", l.Resource())
-			require.Equal(t, clk.Now().Add(c.cfg.lifetime()), l.Deadline(), "lease %s renewed here", l.Resource())
-		}
+func TestRenewalsOfManyThatAProxyMishandlesGoLeaseByLease(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		d     *renewalsDriver
+		first int // refresh.lua calls in the first batch
+	}{
+		{"refused", &renewalsDriver{refuse: true}, 5},
+		{"first key only", &renewalsDriver{firstKeyOnly: true}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk, pttl := renewalsSetup(t, tc.d)
+			leases := takeLeases(t, c, 5)
+			for round := 1; round <= 2; round++ {
+				renewNow(t, c, clk, leases)
+				many, _, single := tc.d.counts()
+				require.Equal(t, 1, many, "refresh_many.lua calls after round %d", round)
+				require.Equal(t, tc.first+5*(round-1), single, "refresh.lua calls after round %d", round)
+				for _, l := range leases {
+					require.NoError(t, l.Context().Err(), "lease %s", l.Resource())
+					require.Greater(t, pttl(l), 20*time.Second, "lease %s renewed in Redis", l.Resource())
+					require.Equal(t, clk.Now().Add(c.cfg.lifetime()), l.Deadline(), "lease %s renewed here", l.Resource())
+				}
+			}
+			require.True(t, c.wd.apart.Load())
+		})
 	}
-	require.True(t, c.wd.apart.Load())
 }
 
 // On Redis Cluster a script names keys of one hash slot: every lease is
