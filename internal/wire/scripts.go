@@ -175,11 +175,11 @@ var (
 )
 
 // RefreshManyMax is the most leases one RefreshMany call renews. On 100,000
-// keys renewed every 3.3 s (bench/scalefloor.go), calls of 100 took about a
-// third less CPU than a refresh.lua call per key, in the client and in
-// Redis, and calls of 250 or 1,000 no less beyond the noise. A call keeps
-// Redis from other clients while it runs, as a pipeline of as many calls
-// does.
+// keys renewed every 3.3 s (bench/scalefloor.go), calls of 100 took a fifth
+// to two fifths less CPU than a refresh.lua call per key, in the client and
+// in Redis, and calls of 250 or 1,000 no less beyond the noise
+// (docs/PERFORMANCE.md). A call keeps Redis from other clients while it
+// runs, as a pipeline of as many calls does.
 const RefreshManyMax = 100
 
 // RefreshMany is refresh_many.lua's call: renew n exclusive leases (no
