@@ -15,6 +15,7 @@ import (
 	"github.com/redlease/redlease"
 	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/servertest"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 func TestMain(m *testing.M) { servertest.Main(m) }
@@ -164,19 +165,45 @@ func (r *recorder) Subscribe(ctx context.Context, channel string, handle func(st
 }
 
 // batches is a driver that counts the batches of calls (EvalMany) and the
-// calls in them.
+// calls in them, and the renewals it is given, alone or in batches: the
+// calls of refresh.lua, and of refresh_many.lua with the leases they name
+// (each call counted once, not again when it is sent with its source after
+// NOSCRIPT).
 type batches struct {
 	driver.Driver
-	mu       sync.Mutex
-	n, calls int
+	mu                      sync.Mutex
+	n, calls                int
+	refresh, many, manyKeys int
 }
 
 func (b *batches) EvalMany(ctx context.Context, calls []driver.Call, replies []driver.Reply) {
 	b.mu.Lock()
 	b.n++
 	b.calls += len(calls)
+	for _, c := range calls {
+		b.renewal(c)
+	}
 	b.mu.Unlock()
 	b.Driver.EvalMany(ctx, calls, replies)
+}
+
+func (b *batches) Eval(ctx context.Context, c driver.Call) driver.Reply {
+	b.mu.Lock()
+	b.renewal(c)
+	b.mu.Unlock()
+	return b.Driver.Eval(ctx, c)
+}
+
+// renewal counts c if it is a renewal (b.mu held).
+func (b *batches) renewal(c driver.Call) {
+	switch {
+	case c.Hash == "":
+	case c.Source == wire.Named("refresh.lua").Source():
+		b.refresh++
+	case c.Source == wire.Named("refresh_many.lua").Source():
+		b.many++
+		b.manyKeys += len(c.Keys)
+	}
 }
 
 // subscribed reports whether a subscription is confirmed.

@@ -21,6 +21,7 @@ func TestLeases(t *testing.T) {
 		{"TryAcquire", testTryAcquire},
 		{"Contention", testContention},
 		{"ManyGoroutines", testManyGoroutines},
+		{"Renewals", testRenewals},
 		{"ReleaseWakesWaiter", testReleaseWakesWaiter},
 		{"AcquireAll", testAcquireAll},
 		{"Semaphore", testSemaphore},
@@ -127,6 +128,50 @@ func testManyGoroutines(t *testing.T, e *env) {
 	t.Logf("%d of %d calls went in %d batches", rec.calls, 2*goroutines*pairs, rec.n)
 	if rec.n == 0 {
 		t.Error("no calls were combined")
+	}
+}
+
+// Auto-renewed leases that fall due together are renewed together: in one
+// refresh_many.lua call on a server that is no cluster, by a refresh.lua
+// call each on Cluster. Each is renewed in Redis (one PEXPIRE each) and
+// here (its local deadline moves on).
+func testRenewals(t *testing.T, e *env) {
+	ctx := t.Context()
+	rec := &batches{Driver: Driver(e.client)}
+	clk := clock.NewFake(time.Now())
+	const ttl, n = 30 * time.Second, 5
+	locks := closed(t, redlease.NewWithDriver(rec, redlease.WithTTL(ttl), clock.Option(clk).(redlease.Option)))
+	leases := make([]*redlease.Lease, n)
+	for i := range leases {
+		l, err := locks.TryAcquire(ctx, resource(t, fmt.Sprint(i)))
+		must(t, err)
+		leases[i] = l
+	}
+	taken := leases[0].Deadline()
+	pexpire := e.calls(t, "pexpire")
+	clk.Advance(ttl / 3) // the renew interval: every lease falls due
+	for _, l := range leases {
+		for deadline := time.Now().Add(20 * time.Second); !l.Deadline().After(taken); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("lease %s not renewed: deadline %v", l.Resource(), l.Deadline())
+			}
+		}
+		must(t, l.Context().Err())
+	}
+	eq(t, e.calls(t, "pexpire")-pexpire, n, "PEXPIRE calls")
+	rec.mu.Lock()
+	many, manyKeys, refresh := rec.many, rec.manyKeys, rec.refresh
+	rec.mu.Unlock()
+	if e.cluster {
+		eq(t, many, 0, "refresh_many.lua calls")
+		eq(t, refresh, n, "refresh.lua calls")
+	} else {
+		eq(t, many, 1, "refresh_many.lua calls")
+		eq(t, manyKeys, n, "leases they renewed")
+		eq(t, refresh, 0, "refresh.lua calls")
+	}
+	for _, l := range leases {
+		must(t, l.Release(ctx))
 	}
 }
 
