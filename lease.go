@@ -212,6 +212,10 @@ func (l *Lease) takeRenewal(ctx context.Context) error {
 func (l *Lease) endRenewal() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.endRenewalLocked()
+}
+
+func (l *Lease) endRenewalLocked() {
 	l.renewing = false
 	if l.renewFree != nil {
 		close(l.renewFree)

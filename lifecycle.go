@@ -288,6 +288,19 @@ func (l *Lease) liveUntil() (time.Time, bool) {
 func (l *Lease) renewed(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.renewedLocked(sent, n, err)
+}
+
+// renewedEnding is renewed and then endRenewal, in one hold of the lease's
+// lock instead of two: the end of a watchdog's renewal.
+func (l *Lease) renewedEnding(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	defer l.endRenewalLocked()
+	return l.renewedLocked(sent, n, err)
+}
+
+func (l *Lease) renewedLocked(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
 	if len(l.cfg.observers) > 0 && l.state == stateActive {
 		defer func() {
 			events[0] = pending{cfg: l.cfg, ctx: l.ctx, e: Event{Kind: EventRenew, Outcome: outcomeOf(rerr),

@@ -238,23 +238,23 @@ func (w *watchdog) renewBatch(batch []dueLease) []pending {
 	replies, errs := w.send(live, first)
 	for i, b := range live {
 		l := b.l
-		evs, err := l.renewed(sent, replies[i], errs[i])
+		tm := l.timing() // this renewal's: an Extend changes it only once the renewal has ended
+		evs, err := l.renewedEnding(sent, replies[i], errs[i])
 		for _, p := range evs {
 			if p.cfg != nil {
 				events = append(events, p)
 			}
 		}
 		if err == nil {
-			if next := l.timing().nextRenewal(sent, b.due); l.renewsUntil(next) {
+			if next := tm.nextRenewal(sent, b.due); l.renewsUntil(next) {
 				again = append(again, requeue{l, next})
 			}
 		} else if errs[i] != nil { // request failed: try again while time is left
-			at := w.clk.Now().Add(max(l.timing().interval()/4, time.Millisecond))
+			at := w.clk.Now().Add(max(tm.interval()/4, time.Millisecond))
 			if at.Before(l.Deadline()) {
 				again = append(again, requeue{l, at})
 			}
 		}
-		l.endRenewal()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
