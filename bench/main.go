@@ -43,8 +43,16 @@ func main() {
 		parts   = flag.String("parts", "pairs,parallel,share,hot,scale", "which parts to run (comma-separated; also share: the server's CPU per pair, pipelined)")
 		rows    = flag.String("rows", "", "pairs, parallel and hot parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
+		sampler = flag.String("sample-pttl", "", "internal: be the scale part's PTTL sampler for the redis-server at this address")
 	)
 	flag.Parse()
+	if *sampler != "" {
+		if err := samplePTTL(*sampler); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: PTTL sampler:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	redis.SetLogger(quietLogger{})
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)

@@ -299,7 +299,7 @@ func (r *report) markdown() string {
 			"Renew lateness: for 1,000 observed leases (`WithObserver`), how long after its schedule (an interval after the previous "+
 			"one fell due, or was sent if that was later) each renewal was sent; renewals due within interval/10 of each other share a "+
 			"pipeline, so some go early, and two renewals of a lease may be 1.1 intervals apart. "+
-			"The smallest remaining TTL seen by sampling PTTL of 200 random leases every 200 ms must stay above TTL − 1.1 × interval − "+
+			"The smallest remaining TTL seen by sampling PTTL of 200 random leases every 200 ms (from a process of its own, so that its CPU is not counted) must stay above TTL − 1.1 × interval − "+
 			"lateness ≈ 6.3 s. Lost: EventLost among the observed leases plus lease contexts that had ended among all of them.\n\n", r.plan.scaleWindow)
 		w("| client | leases | acquire | renewals/s (expected) · requests/s | process CPU | redis-server CPU | heap per lease | lateness p50 / p99 / max | min PTTL seen | lost | release |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.scale {

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,7 +145,11 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 	runtime.ReadMemStats(&ms1)
 	res.heapPerLease = float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc)) / float64(n)
 
-	sampler := startSampler(ctx, srv, func() string { return "redlease:{" + key(rand.IntN(n)) + "}:lease" })
+	sampler, err := startSampler(srv, func() string { return "redlease:{" + key(rand.IntN(n)) + "}:lease" })
+	if err != nil {
+		return res, err
+	}
+	defer sampler.end()
 	// Start the window half an interval later: leases taken at nearly the
 	// same moment renew together, and a window edge on their schedule
 	// would count a round or not by chance.
@@ -191,56 +201,106 @@ func scale(ctx context.Context, srv *server, client string, n, g int, window tim
 // after the other parts, 1.0 % alone).
 func settle() { debug.FreeOSMemory() }
 
-// ttlSampler reads the remaining TTL of 200 random leases every 200 ms,
-// from a client of its own: a renewal that runs late shows as a dip.
+// ttlSampler reads the remaining TTL of 200 random leases every 200 ms: a
+// renewal that runs late shows as a dip. It runs in a process of its own
+// (this binary, started with -sample-pttl), so that the CPU it spends is
+// not counted as the measured process's.
 type ttlSampler struct {
-	quit chan struct{}
-	done chan error
-	min  time.Duration
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	out     bytes.Buffer
+	stopped bool
 }
 
-// startSampler starts sampling 200 keys drawn by key.
-func startSampler(ctx context.Context, srv *server, key func() string) *ttlSampler {
-	s := &ttlSampler{quit: make(chan struct{}), done: make(chan error, 1), min: time.Duration(1<<63 - 1)}
-	keys := make([]string, 200)
-	for i := range keys {
-		keys[i] = key()
+// sampleKeys is how many keys the sampler reads at each tick.
+const sampleKeys = 200
+
+// startSampler starts sampling sampleKeys keys drawn by key.
+func startSampler(srv *server, key func() string) (*ttlSampler, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
 	}
-	rdb := srv.client(nil, 2)
-	go func() {
-		defer rdb.Close()
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.quit:
-				s.done <- nil
-				return
-			case <-t.C:
-			}
-			cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range keys {
-					p.PTTL(ctx, k)
-				}
-				return nil
-			})
-			if err != nil {
-				s.done <- err
-				return
-			}
-			for _, cmd := range cmds {
-				s.min = min(s.min, cmd.(*redis.DurationCmd).Val())
-			}
-		}
-	}()
-	return s
+	s := &ttlSampler{cmd: exec.Command(self, "-sample-pttl", srv.addr)}
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, os.Stderr
+	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	var keys strings.Builder
+	for range sampleKeys {
+		keys.WriteString(key() + "\n")
+	}
+	if _, err := io.WriteString(s.stdin, keys.String()); err != nil {
+		s.stdin.Close()
+		s.cmd.Wait()
+		return nil, err
+	}
+	return s, nil
 }
 
 // stop ends the sampling and returns the smallest remaining TTL seen.
 func (s *ttlSampler) stop() (time.Duration, error) {
-	close(s.quit)
-	err := <-s.done
-	return s.min, err
+	s.stopped = true
+	s.stdin.Close() // the sampler's signal to stop
+	if err := s.cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("PTTL sampler: %w", err)
+	}
+	return time.ParseDuration(strings.TrimSpace(s.out.String()))
+}
+
+// end stops the sampler unless stop has: for a part that returns early.
+func (s *ttlSampler) end() {
+	if !s.stopped {
+		s.stop()
+	}
+}
+
+// samplePTTL is the sampler's process: it reads sampleKeys keys from stdin,
+// reads their PTTL on addr every 200 ms until stdin ends, then prints the
+// smallest seen.
+func samplePTTL(addr string) error {
+	in := bufio.NewScanner(os.Stdin)
+	keys := make([]string, 0, sampleKeys)
+	for len(keys) < sampleKeys && in.Scan() {
+		keys = append(keys, in.Text())
+	}
+	if len(keys) < sampleKeys {
+		return fmt.Errorf("%d keys on stdin, want %d", len(keys), sampleKeys)
+	}
+	quit := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(quit)
+	}()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2})
+	defer rdb.Close()
+	least := time.Duration(1<<63 - 1)
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			fmt.Println(least)
+			return nil
+		case <-t.C:
+		}
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.PTTL(ctx, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, cmd := range cmds {
+			least = min(least, cmd.(*redis.DurationCmd).Val())
+		}
+	}
 }
 
 // eachParallel calls f(0..n-1) from g goroutines and returns the first error.

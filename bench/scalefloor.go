@@ -144,7 +144,11 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 			return res, err
 		}
 	}
-	sampler := startSampler(ctx, srv, func() string { return keys[rand.IntN(n)] })
+	sampler, err := startSampler(srv, func() string { return keys[rand.IntN(n)] })
+	if err != nil {
+		return res, err
+	}
+	defer sampler.end()
 
 	// Group g, keys[g*n/10 : (g+1)*n/10], falls due at start + g*interval/10
 	// and every interval after that.
@@ -193,7 +197,6 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 	res.cpu = float64(cpu1-cpu0) / float64(elapsed)
 	res.serverCPU = float64(st1.sub(st0).cpu) / float64(elapsed)
 	res.lost = int64(lost)
-	var err error
 	if res.minPTTL, err = sampler.stop(); err != nil {
 		return res, err
 	}
