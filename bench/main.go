@@ -80,15 +80,16 @@ type plan struct {
 	hotWant           int           // handoffs per configuration
 	hotLimit          time.Duration // time per configuration
 	scales            []int
+	scaleWarm         time.Duration // the most the scale part waits for the heap to settle (warmUp)
 	scaleWindow       time.Duration
 }
 
 func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) error {
 	p := plan{pairs: 2000, pairRounds: 15, parDur: time.Second, parRounds: 7,
-		hotWant: 4000, hotLimit: 4 * time.Second, scales: []int{1_000, 10_000, 100_000}, scaleWindow: ttl}
+		hotWant: 4000, hotLimit: 4 * time.Second, scales: []int{1_000, 10_000, 100_000}, scaleWarm: 15 * time.Second, scaleWindow: 3 * ttl}
 	if quick {
 		p = plan{pairs: 300, pairRounds: 3, parDur: 200 * time.Millisecond, parRounds: 1,
-			hotWant: 200, hotLimit: 500 * time.Millisecond, scales: []int{1_000}, scaleWindow: 2 * time.Second}
+			hotWant: 200, hotLimit: 500 * time.Millisecond, scales: []int{1_000}, scaleWarm: time.Second, scaleWindow: ttl / 3}
 	}
 	var scales []int
 	for _, n := range p.scales {
@@ -204,7 +205,7 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	for _, client := range []string{"go-redis", "rueidis"} {
 		for _, n := range p.scales {
 			logf("holding %d leases on %s", n, client)
-			r, err := scale(ctx, srv, client, n, 64, p.scaleWindow, max(1, n/1000))
+			r, err := scale(ctx, srv, client, n, 64, p.scaleWarm, p.scaleWindow, max(1, n/1000))
 			if err != nil {
 				return fmt.Errorf("holding %d leases on %s: %w", n, client, err)
 			}
@@ -212,7 +213,7 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 		}
 		if n := slices.Max(append([]int{0}, p.scales...)); n > 0 {
 			logf("renewal floor: %d keys on %s", n, client)
-			r, err := renewFloor(ctx, srv, client, n, p.scaleWindow)
+			r, err := renewFloor(ctx, srv, client, n, p.scaleWarm, p.scaleWindow)
 			if err != nil {
 				return fmt.Errorf("renewal floor, %d keys on %s: %w", n, client, err)
 			}

@@ -294,13 +294,13 @@ func (r *report) markdown() string {
 	if len(r.scale) > 0 {
 		w("## 4. Holding many leases\n\n")
 		w("One process takes N leases with `TryAcquire` from 64 goroutines (TTL 10 s, auto-renew on: a renewal every 3.33 s), "+
-			"holds them for %s, then releases them, on a Client on go-redis and on one on rueidis. While holding: renewals per second (the PEXPIRE calls redis-server counts, one per renewal) and the requests that carried them (script calls: a go-redis hook; on rueidis, the commands given to its Do and DoMulti; the watchdog renews up to 100 leases in one call), CPU of the whole "+
+			"holds them, then releases them, on a Client on go-redis and on one on rueidis. What is measured while they are held is a window of %s (a whole number of intervals) that begins once the heap has its size: after the garbage of the acquires is returned to the OS (debug.FreeOSMemory), the runtime's next collection or %s, whichever comes first (before it, the process takes pages from the OS again, which holding leases does not once the heap has its size: docs/PERFORMANCE.md). In that window: renewals per second (the PEXPIRE calls redis-server counts, one per renewal) and the requests that carried them (script calls: a go-redis hook; on rueidis, the commands given to its Do and DoMulti; the watchdog renews up to 100 leases in one call), CPU of the whole "+
 			"process (getrusage) and of redis-server, in cores. Heap per lease: live heap after GC, after minus before taking them. "+
 			"Renew lateness: for 1,000 observed leases (`WithObserver`), how long after its schedule (an interval after the previous "+
 			"one fell due, or was sent if that was later) each renewal was sent; renewals due within interval/10 of each other share a "+
 			"pipeline, so some go early, and two renewals of a lease may be 1.1 intervals apart. "+
 			"The smallest remaining TTL seen by sampling PTTL of 200 random leases every 200 ms (from a process of its own, so that its CPU is not counted) must stay above TTL − 1.1 × interval − "+
-			"lateness ≈ 6.3 s. Lost: EventLost among the observed leases plus lease contexts that had ended among all of them.\n\n", r.plan.scaleWindow)
+			"lateness ≈ 6.3 s. Lost: EventLost among the observed leases plus lease contexts that had ended among all of them.\n\n", r.plan.scaleWindow, r.plan.scaleWarm)
 		w("| client | leases | acquire | renewals/s (expected) · requests/s | process CPU | redis-server CPU | heap per lease | lateness p50 / p99 / max | min PTTL seen | lost | release |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.scale {
 			w("| %s | %s | %s (%s/s) | %s (%s) · %s | %.1f %% | %.1f %% | %.0f B | %s / %s / %s | %.2f s | %d | %s |\n",
@@ -312,7 +312,7 @@ func (r *report) markdown() string {
 		w("\nThe renewal floor: the largest N keys set as leases, each renewed every 3.33 s as the watchdog renews them, with " +
 			"redlease's script that renews 100 leases in one call, sent by the client itself (EVALSHA, 1,000 keys to a pipeline, " +
 			"ten groups of keys falling due one every 333 ms), with no " +
-			"lease, lock, timer or context per key; the same window, the same PTTL sampler beside it. What any client pays " +
+			"lease, lock, timer or context per key; the same warm-up and window, the same PTTL sampler beside it. What any client pays " +
 			"for these renewals, beside which redlease's rows are read.\n\n")
 		w("| client | keys | renewals/s (expected) · requests/s | process CPU | redis-server CPU | min PTTL seen | lost |\n|---|---|---|---|---|---|---|\n")
 		for _, s := range r.scaleFloor {

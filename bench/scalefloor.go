@@ -23,7 +23,7 @@ import (
 // interval/10, as the watchdog sends together what falls due within
 // interval/10. Measured as scale measures redlease: the process's CPU over
 // window, the PTTL sampler running beside it.
-func renewFloor(ctx context.Context, srv *server, client string, n int, window time.Duration) (scaleResult, error) {
+func renewFloor(ctx context.Context, srv *server, client string, n int, warm, window time.Duration) (scaleResult, error) {
 	res := scaleResult{client: client, leases: n, window: window}
 	interval := ttl / 3
 	res.expectPerSec = float64(n) / interval.Seconds()
@@ -158,15 +158,23 @@ func renewFloor(ctx context.Context, srv *server, client string, n int, window t
 	var cpu0, cpu1 time.Duration
 	var st0, st1 serverStats
 	var t0 time.Time
-	windowFrom, windowTo := start.Add(interval/2), start.Add(interval/2+window)
+	// As in scale: settle half an interval in, then warm up (warmUp's
+	// criterion, checked between rounds, which go on meanwhile).
+	settleAt := start.Add(interval / 2)
+	var settled, windowTo time.Time
+	var gc0 uint64
 	for round := 0; ; round++ {
 		due := start.Add(time.Duration(round) * interval / groups)
-		if t0.IsZero() && !due.Before(windowFrom) {
+		if settled.IsZero() && !due.Before(settleAt) {
 			settle()
+			settled, gc0 = time.Now(), gcCycles()
+		}
+		if t0.IsZero() && !settled.IsZero() && (gcCycles() != gc0 || time.Since(settled) >= warm) {
 			cpu0, st0, t0 = cpuTime(), srv.stats(ctx), time.Now()
 			sent, reqs = 0, 0
+			windowTo = t0.Add(window)
 		}
-		if !due.Before(windowTo) {
+		if !t0.IsZero() && !due.Before(windowTo) {
 			break
 		}
 		select {
