@@ -315,7 +315,7 @@ func (a *acquisition) drawFences(ctx context.Context, leases []*Lease) error {
 		l.mu.Lock() // the deadline timer's observers read the fence
 		l.fence = fence
 		if l.state == stateActive {
-			l.extendLocked(sent)
+			l.extendLocked(sent, nil)
 		}
 		l.mu.Unlock()
 	}

@@ -33,6 +33,7 @@ type Lease struct {
 	deadline  time.Time // local deadline, with a monotonic reading
 	holdUntil time.Time // WithMaxHold's limit; zero if none
 	timer     clock.Timer
+	group     *deadlineGroup // keeps the deadline instead of timer, if not nil (deadline_group.go)
 
 	// renewing lets one renew request of the lease be on its way at a time
 	// (a semaphore: takeRenewal, or the watchdog's beginRenewal, takes it,

@@ -18,8 +18,10 @@ import (
 //	lapsed ──▶ handed off (resume.go)
 //
 // The local deadline is the send time of the last confirmed acquire or renew
-// plus the lease's local lifetime; a timer per lease ends the context then,
-// whether or not a renewal is stuck on the network (S3). Each transition
+// plus the lease's local lifetime; a timer ends the context then, whether or
+// not a renewal is stuck on the network (S3): the lease's own, or that of
+// the deadline group of the watchdog batch that renewed it
+// (deadline_group.go). Each transition
 // ends the lease context once, with the cause, and takes the lease out of
 // the watchdog's queue. Events are returned as pending and emitted by the
 // caller once it has let go of the lease's locks, so that an observer may
@@ -107,6 +109,9 @@ func (l *Lease) onDeadline() {
 	var lost pending
 	switch l.state {
 	case stateActive:
+		if l.group != nil { // stopped too late, when the lease joined a group that keeps its deadline
+			break
+		}
 		if left := l.deadline.Sub(l.c.clk.Now()); left > 0 { // extended while this call waited for mu
 			l.timer.Reset(left)
 			break
@@ -154,6 +159,7 @@ func (l *Lease) endLocked(s leaseState, cause error) pending {
 	l.state = s
 	l.cancel(cause)
 	l.c.wd.unschedule(l)
+	l.leaveGroupLocked()
 	if s == stateLapsed && l.timer != nil {
 		// Ended locally, but Redis may hold the lease for up to a TTL more:
 		// until then Close still releases it, so that a process that shuts
@@ -190,16 +196,16 @@ func (l *Lease) untrackLocked() {
 }
 
 // extendLocked moves the local deadline to a renewal's send time plus the
-// local lifetime, if that is later.
+// local lifetime, if that is later; g, if not nil, is the deadline group of
+// the watchdog batch that sent the renewal.
 //
 // Model: model/redlease.pml, proctype Watchdog, action renewed.
-func (l *Lease) extendLocked(sent time.Time) {
+func (l *Lease) extendLocked(sent time.Time, g *deadlineGroup) {
 	if sent.After(l.confirmed) {
 		l.confirmed = sent
 	}
 	if d := l.capLocked(sent.Add(l.timing().lifetime())); d.After(l.deadline) {
-		l.deadline = d
-		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
+		l.setDeadlineLocked(d, g)
 	}
 }
 
@@ -223,8 +229,7 @@ func (l *Lease) retime(sent time.Time, tm *config) time.Time {
 	defer l.mu.Unlock()
 	l.tm.Store(tm)
 	if d := l.capLocked(sent.Add(tm.lifetime())); d.Before(l.deadline) && l.state == stateActive {
-		l.deadline = d
-		l.timer.Reset(d.Sub(l.c.clk.Now())) // fires at once if d already passed
+		l.setDeadlineLocked(d, nil)
 	}
 	return l.deadline
 }
@@ -288,19 +293,20 @@ func (l *Lease) liveUntil() (time.Time, bool) {
 func (l *Lease) renewed(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.renewedLocked(sent, n, err)
+	return l.renewedLocked(sent, n, err, nil)
 }
 
 // renewedEnding is renewed and then endRenewal, in one hold of the lease's
-// lock instead of two: the end of a watchdog's renewal.
-func (l *Lease) renewedEnding(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
+// lock instead of two: the end of a watchdog's renewal, whose batch's
+// deadline group is g.
+func (l *Lease) renewedEnding(sent time.Time, n int64, err error, g *deadlineGroup) (events [2]pending, rerr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	defer l.endRenewalLocked()
-	return l.renewedLocked(sent, n, err)
+	return l.renewedLocked(sent, n, err, g)
 }
 
-func (l *Lease) renewedLocked(sent time.Time, n int64, err error) (events [2]pending, rerr error) {
+func (l *Lease) renewedLocked(sent time.Time, n int64, err error, g *deadlineGroup) (events [2]pending, rerr error) {
 	if len(l.cfg.observers) > 0 && l.state == stateActive {
 		defer func() {
 			events[0] = pending{cfg: l.cfg, ctx: l.ctx, e: Event{Kind: EventRenew, Outcome: outcomeOf(rerr),
@@ -322,7 +328,7 @@ func (l *Lease) renewedLocked(sent time.Time, n int64, err error) (events [2]pen
 		events[1] = l.endLocked(stateLost, errorf("%w: %s expired or was taken by another owner", ErrLeaseLost, quote(l.resource)))
 		return events, l.errorLocked()
 	}
-	l.extendLocked(sent)
+	l.extendLocked(sent, g)
 	return events, nil
 }
 

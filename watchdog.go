@@ -236,10 +236,11 @@ func (w *watchdog) renewBatch(batch []dueLease) []pending {
 		}
 	}
 	replies, errs := w.send(live, first)
+	g := new(deadlineGroup) // the renewed leases' deadline, sent + lifetime, for most or all of them
 	for i, b := range live {
 		l := b.l
 		tm := l.timing() // this renewal's: an Extend changes it only once the renewal has ended
-		evs, err := l.renewedEnding(sent, replies[i], errs[i])
+		evs, err := l.renewedEnding(sent, replies[i], errs[i], g)
 		for _, p := range evs {
 			if p.cfg != nil {
 				events = append(events, p)
@@ -256,6 +257,7 @@ func (w *watchdog) renewBatch(batch []dueLease) []pending {
 			}
 		}
 	}
+	g.arm(w.clk)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.inflight--
