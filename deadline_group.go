@@ -13,8 +13,8 @@ import (
 // own timer would be reset at each renewal. With 100,000 leases on one
 // Client, those resets and the runtime's upkeep of 100,000 timers that move
 // every few seconds (time.Timer.Reset, and the scheduler's timers.check,
-// adjust and siftDown) took about a fifth of the process's CPU
-// (docs/PERFORMANCE.md).
+// adjust and siftDown) took about a fifth of the samples in a CPU profile
+// of the process (docs/PERFORMANCE.md).
 //
 // A lease in a group has its own timer stopped; Lease.group names the group
 // and the lease's deadline is the group's. A lease leaves its group when its

@@ -301,11 +301,11 @@ func (w *watchdog) send(leases []dueLease, first time.Time) (replies []int64, er
 			replies[of[0]], errs[of[0]] = wire.Int(r)
 			continue
 		}
-		ns, err := wire.ParseRefreshMany(r, len(of))
 		if r.Err != nil && w.conn.Classify(r.Err) == driver.Refused {
 			alone = append(alone, of...)
 			continue
 		}
+		ns, err := wire.ParseRefreshMany(r, len(of))
 		for i, x := range of {
 			switch {
 			case err != nil:
