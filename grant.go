@@ -169,11 +169,23 @@ func (f *inflight) abandon(ctx context.Context) (driver.Reply, int64) {
 // reply on its way before it gives the request up.
 const abandonSlack = 50 * time.Millisecond
 
+// endedBy reports whether err is the end of ctx: ctx's error, or the
+// deadline error of a client library that keeps ctx's deadline on its
+// socket (rueidis and valkey-go on a connection they use for one request at
+// a time), which can fire a moment before ctx's own timer ends ctx.
+func endedBy(ctx context.Context, err error) bool {
+	if cerr := ctx.Err(); cerr != nil {
+		return errors.Is(err, cerr)
+	}
+	d, ok := ctx.Deadline()
+	return ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(d)
+}
+
 // checkAndRun checks that Redis can be reached and then, if proceed (nil:
 // always) agrees, runs the attempt.
 func (a *acquisition) checkAndRun(ctx context.Context, c wire.Call, proceed func() bool) (driver.Reply, int64) {
 	if err := a.c.conn.Connect(ctx, a.names[0].Lease); err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		if endedBy(ctx, err) {
 			err = errorf("%w: %w", errNoAnswer, err)
 		}
 		return driver.Reply{Err: &unreachableError{err}}, 0

@@ -128,7 +128,7 @@ func (a *acquisition) next(ctx context.Context, w *waitState, err error) (delay 
 	case class == driver.NotSent:
 		a.unreachable(ctx, w, err)
 		w.failed = err
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || endedBy(ctx, err):
 		w.unknown = err // the wait's own deadline cut the attempt off: no outage
 	default:
 		a.unreachable(ctx, w, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/redlease/redlease/internal/wire"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,5 +189,82 @@ func (h *holdSecondScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 			return ctx.Err()
 		}
 		return next(ctx, cmd)
+	}
+}
+
+// A client library that keeps a context's deadline on its socket (rueidis
+// and valkey-go, on a connection used for one request at a time) reports
+// context.DeadlineExceeded when the socket's deadline fires, which can be a
+// moment before the context's own timer ends the context. A wait whose
+// check of Redis failed so still ends as an outage, not as a plain
+// deadline that says nothing of Redis. (On CI, rueidis against a Redis
+// whose replies were 4 s late: AcquireAll returned "lease not acquired:
+// context deadline exceeded", without ErrUnavailable.)
+func TestWaitEndedByTheLibrarysDeadlineIsAnOutage(t *testing.T) {
+	_, rdb := servertest.Mini(t)
+	ctx := &lateDeadline{deadline: time.Now().Add(-time.Millisecond), done: make(chan struct{})}
+	rdb.AddHook(deadlineOnCheck{ctx})
+	c := New(rdb)
+	defer c.Close(context.Background())
+	_, err := c.AcquireAll(ctx, []string{"a", "b"})
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, ErrNotAcquired, "nobody is known to hold it")
+}
+
+// lateDeadline is a context whose deadline has passed and whose own timer
+// runs late: after the client library has reported the deadline
+// (libraryTimedOut), Err says nil once more, and DeadlineExceeded from then
+// on.
+type lateDeadline struct {
+	deadline time.Time
+	done     chan struct{}
+
+	mu    sync.Mutex
+	state int // 0: before the library's timeout; 1: Err's last nil; 2: ended
+}
+
+func (c *lateDeadline) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *lateDeadline) Done() <-chan struct{}       { return c.done }
+func (c *lateDeadline) Value(any) any               { return nil }
+
+func (c *lateDeadline) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.state {
+	case 0:
+		return nil
+	case 1:
+		c.state = 2
+		close(c.done)
+		return nil
+	}
+	return context.DeadlineExceeded
+}
+
+func (c *lateDeadline) libraryTimedOut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == 0 {
+		c.state = 1
+	}
+}
+
+// deadlineOnCheck fails the check that Redis answers (EXISTS) with the
+// deadline of ctx, as a library's socket deadline would.
+type deadlineOnCheck struct{ ctx *lateDeadline }
+
+func (h deadlineOnCheck) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h deadlineOnCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h deadlineOnCheck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "exists" {
+			return next(ctx, cmd)
+		}
+		h.ctx.libraryTimedOut()
+		cmd.SetErr(context.DeadlineExceeded)
+		return context.DeadlineExceeded
 	}
 }
