@@ -123,7 +123,7 @@ type sharedScene struct {
 }
 
 func newSharedScene(t *testing.T, lib library, kind servertest.Kind, semaphore bool) *sharedScene {
-	h := newHistory()
+	h := newHistory(t)
 	s := &sharedScene{t: t, h: h, lib: lib, lock: servertest.Start(t, kind), store: newResourceStore(t, h, kind), resource: "rw"}
 	if semaphore {
 		s.resource, s.permits = "sem", sharedPermits

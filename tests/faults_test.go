@@ -376,7 +376,7 @@ func TestFaultElectionLeaderPause(t *testing.T) {
 // (in this process) takes over and writes, resumes it, and makes it write;
 // both hold their leases with Clients on lib, from a server of kind.
 func testPausedHolder(t *testing.T, lib library, kind servertest.Kind, mode string, take func(context.Context, *redlease.Client, string) (*redlease.Lease, error)) {
-	h := newHistory()
+	h := newHistory(t)
 	lock := servertest.Start(t, kind)
 	store := newResourceStore(t, h, kind)
 	ctx := t.Context()
@@ -426,7 +426,7 @@ func readLine(t *testing.T, r *bufio.Reader) string {
 
 func TestFaultServerPause(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		lock := servertest.Start(t, kind)
 		store := newResourceStore(t, h, kind)
 		ctx := t.Context()
@@ -483,7 +483,7 @@ func TestFaultServerPause(t *testing.T) {
 
 func TestFaultBlackhole(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		lock := servertest.Start(t, kind)
 		proxy := servertest.StartProxy(t, lock.Addr)
 		store := newResourceStore(t, h, kind)
@@ -523,7 +523,7 @@ func TestFaultBlackhole(t *testing.T) {
 
 func TestFaultLostReplies(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		lock := servertest.Start(t, kind)
 		proxy := servertest.StartProxy(t, lock.Addr)
 		store := newResourceStore(t, h, kind)
@@ -575,7 +575,7 @@ func warm(t *testing.T, c *redlease.Client, resource string) {
 
 func TestFaultLateRelease(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		lock := servertest.Start(t, kind)
 		proxy := servertest.StartProxy(t, lock.Addr)
 		ctx := t.Context()
@@ -610,7 +610,7 @@ func TestFaultLateRelease(t *testing.T) {
 
 func TestFaultRestartWithoutPersistence(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		lock := servertest.Start(t, kind)
 		store := newResourceStore(t, h, kind)
 		ctx := t.Context()
@@ -675,7 +675,7 @@ func afterRestart(t *testing.T, lib library, call func() error) error {
 
 func TestFaultRestartWithAOF(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		lock := servertest.Start(t, kind, "--appendonly", "yes", "--appendfsync", "always")
 		ctx := t.Context()
 		c := lib.plain(t, lock.Addr, false, faultOpts(h)...)
@@ -698,7 +698,7 @@ func TestFaultRestartWithAOF(t *testing.T) {
 
 func TestFaultReplicationCut(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		master := servertest.Start(t, kind)
 		link := servertest.StartProxy(t, master.Addr)
 		host, port, _ := net.SplitHostPort(link.Addr())
@@ -738,7 +738,7 @@ func TestFaultReplicationCut(t *testing.T) {
 
 func TestFaultCluster(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		nodes, cc := servertest.ClusterOf(t, kind, 3)
 		store := newResourceStore(t, h, kind)
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -775,7 +775,7 @@ func TestFaultCluster(t *testing.T) {
 
 func TestFaultSentinelFailover(t *testing.T) {
 	eachFault(t, func(t *testing.T, lib library, kind servertest.Kind) {
-		h := newHistory()
+		h := newHistory(t)
 		master := servertest.Start(t, kind)
 		mhost, mport, _ := net.SplitHostPort(master.Addr)
 		replica := servertest.Start(t, kind, "--replicaof", mhost, mport)

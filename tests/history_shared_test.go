@@ -681,7 +681,7 @@ func TestHistoryCheckerCatchesSharedViolations(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHistory()
+			h := craftedHistory()
 			tc.build(h)
 			err := h.verify(tc.c, t.Name())
 			if tc.want == "" {
