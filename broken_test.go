@@ -188,7 +188,11 @@ func TestBreakReachesAResumedLease(t *testing.T) {
 	servertest.WaitDone(t, r.Context(), 5*time.Second)
 	require.ErrorIs(t, context.Cause(r.Context()), ErrLeaseLost)
 	// The count of the first Client's channel goes with the lease: a Client
-	// that resumes the leases of many others keeps no count of each.
+	// that resumes the leases of many others keeps no count of each. The
+	// lease's end untracks it after ending its context, in one hold of its
+	// lock: once the lock is free, that is done.
+	r.mu.Lock()
+	r.mu.Unlock()
 	second.mu.Lock()
 	defer second.mu.Unlock()
 	_, counted := second.held[breakWatch{prefix: DefaultPrefix, id: first.hub.id}]
