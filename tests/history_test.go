@@ -1010,8 +1010,17 @@ func checkDeadline(l *leaseLog, stalls *stallWatch) (excused bool, err error) {
 	if l.ended.Before(bound.Add(stood)) {
 		return true, nil
 	}
-	return false, fmt.Errorf("S3: lease %q fence %d ended %v after its last confirmed send, at or past the TTL bound %v (the process stood still for %v of that)",
-		l.resource, l.fence, l.ended.Sub(last), bound.Sub(last), stood)
+	first := slices.MinFunc(l.confirmed, func(a, b time.Time) int { return a.Compare(b) })
+	since := func(ts []time.Time) []time.Duration {
+		var ds []time.Duration
+		for _, t := range ts {
+			ds = append(ds, t.Sub(first).Round(time.Millisecond))
+		}
+		slices.Sort(ds)
+		return ds
+	}
+	return false, fmt.Errorf("S3: lease %q fence %d ended %v after its last confirmed send, at or past the TTL bound %v (the process stood still for %v of that; after its first confirmed send: renewals sent at %v, sends confirmed at %v, ended at %v)",
+		l.resource, l.fence, l.ended.Sub(last), bound.Sub(last), stood, since(l.renewsSent), since(l.confirmed), l.ended.Sub(first).Round(time.Millisecond))
 }
 
 // checkNoRenewAfterEnd: no renewal was sent after the lease context ended (S4).
