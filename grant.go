@@ -3,6 +3,7 @@ package redlease
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"time"
 
@@ -169,16 +170,18 @@ func (f *inflight) abandon(ctx context.Context) (driver.Reply, int64) {
 // reply on its way before it gives the request up.
 const abandonSlack = 50 * time.Millisecond
 
-// endedBy reports whether err is the end of ctx: ctx's error, or the
-// deadline error of a client library that keeps ctx's deadline on its
-// socket (rueidis and valkey-go on a connection they use for one request at
-// a time), which can fire a moment before ctx's own timer ends ctx.
+// endedBy reports whether err is the end of ctx: ctx's error, or a
+// deadline that the client library met at ctx's deadline, which can be a
+// moment before ctx's own timer ends ctx: the libraries put the deadline on
+// their connection, and report it as context.DeadlineExceeded (rueidis and
+// valkey-go, on a connection that serves one request at a time) or as the
+// connection's timeout (go-redis with ContextTimeoutEnabled).
 func endedBy(ctx context.Context, err error) bool {
 	if cerr := ctx.Err(); cerr != nil {
 		return errors.Is(err, cerr)
 	}
 	d, ok := ctx.Deadline()
-	return ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(d)
+	return ok && !time.Now().Before(d) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded))
 }
 
 // checkAndRun checks that Redis can be reached and then, if proceed (nil:

@@ -3,7 +3,8 @@ package redlease
 import (
 	"context"
 	"fmt"
-	"github.com/redlease/redlease/internal/wire"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // queued returns the owner tokens waiting on resource, in queue order.
@@ -193,23 +195,33 @@ func (h *holdSecondScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook
 }
 
 // A client library that keeps a context's deadline on its socket (rueidis
-// and valkey-go, on a connection used for one request at a time) reports
-// context.DeadlineExceeded when the socket's deadline fires, which can be a
-// moment before the context's own timer ends the context. A wait whose
-// check of Redis failed so still ends as an outage, not as a plain
-// deadline that says nothing of Redis. (On CI, rueidis against a Redis
-// whose replies were 4 s late: AcquireAll returned "lease not acquired:
-// context deadline exceeded", without ErrUnavailable.)
+// and valkey-go on a connection used for one request at a time, go-redis
+// with ContextTimeoutEnabled) reports the deadline when the socket's
+// deadline fires, which can be a moment before the context's own timer ends
+// the context: as context.DeadlineExceeded (rueidis, valkey-go) or as the
+// socket's timeout (go-redis). A wait whose check of Redis failed so still
+// ends as an outage, not as a plain deadline that says nothing of Redis.
+// (On CI, rueidis against a Redis whose replies were 4 s late: AcquireAll
+// returned "lease not acquired: context deadline exceeded", without
+// ErrUnavailable.)
 func TestWaitEndedByTheLibrarysDeadlineIsAnOutage(t *testing.T) {
-	_, rdb := servertest.Mini(t)
-	ctx := &lateDeadline{deadline: time.Now().Add(-time.Millisecond), done: make(chan struct{})}
-	rdb.AddHook(deadlineOnCheck{ctx})
-	c := New(rdb)
-	defer c.Close(context.Background())
-	_, err := c.AcquireAll(ctx, []string{"a", "b"})
-	require.ErrorIs(t, err, ErrUnavailable)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.NotErrorIs(t, err, ErrNotAcquired, "nobody is known to hold it")
+	for name, libErr := range map[string]error{
+		"context.DeadlineExceeded": context.DeadlineExceeded,
+		"the socket's timeout":     &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, rdb := servertest.Mini(t)
+			ctx := &lateDeadline{deadline: time.Now().Add(-time.Millisecond), done: make(chan struct{})}
+			rdb.AddHook(deadlineOnCheck{ctx, libErr})
+			c := New(rdb)
+			defer c.Close(context.Background())
+			_, err := c.AcquireAll(ctx, []string{"a", "b"})
+			require.ErrorIs(t, err, ErrUnavailable)
+			require.ErrorIs(t, err, libErr)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.NotErrorIs(t, err, ErrNotAcquired, "nobody is known to hold it")
+		})
+	}
 }
 
 // lateDeadline is a context whose deadline has passed and whose own timer
@@ -250,9 +262,12 @@ func (c *lateDeadline) libraryTimedOut() {
 	}
 }
 
-// deadlineOnCheck fails the check that Redis answers (EXISTS) with the
-// deadline of ctx, as a library's socket deadline would.
-type deadlineOnCheck struct{ ctx *lateDeadline }
+// deadlineOnCheck fails the check that Redis answers (EXISTS) with err, as
+// the library's socket deadline at ctx's deadline would.
+type deadlineOnCheck struct {
+	ctx *lateDeadline
+	err error // the library's
+}
 
 func (h deadlineOnCheck) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h deadlineOnCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -264,7 +279,7 @@ func (h deadlineOnCheck) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		h.ctx.libraryTimedOut()
-		cmd.SetErr(context.DeadlineExceeded)
-		return context.DeadlineExceeded
+		cmd.SetErr(h.err)
+		return h.err
 	}
 }
