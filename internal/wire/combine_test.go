@@ -11,8 +11,9 @@ import (
 
 // keyServer answers every call with its first key, and holds the calls
 // sent alone while held is open; it records the pipelines and whether the
-// context each was sent with had ended.
+// context each was sent with had ended. The rest is fakeServer's.
 type keyServer struct {
+	fakeServer
 	held    chan struct{} // closed: calls sent alone go through
 	entered chan struct{} // a call sent alone is held (buffered)
 
@@ -45,13 +46,6 @@ func (s *keyServer) EvalMany(ctx context.Context, calls []driver.Call, replies [
 func (s *keyServer) EvalWait(ctx context.Context, c driver.Call, _ int, _ time.Duration) (driver.Reply, int64) {
 	return s.Eval(ctx, c), 0
 }
-func (s *keyServer) Ping(context.Context, string) error                            { return nil }
-func (s *keyServer) Scan(context.Context, string, int, func([]string) error) error { return nil }
-func (s *keyServer) Sharded() bool                                                 { return false }
-func (s *keyServer) Subscribe(context.Context, string, func(string)) (driver.Subscription, error) {
-	return nil, nil
-}
-func (s *keyServer) Classify(error) driver.ErrorClass { return driver.Unknown }
 
 // gatedCtx is a context that its caller cancels while the call that uses
 // it waits between being queued and waiting for its turn: its first Done
