@@ -7,15 +7,15 @@ import (
 )
 
 // A lease's timer cannot fire while the process does not run: a loaded CI
-// machine (three test processes under -race on two cores), a VM's steal, a
+// machine (several test processes under -race on two cores), a VM's steal, a
 // long stop of the garbage collector. Such a pause is the holder's pause
 // that fencing exists for, not a late deadline of the library's. The
 // deadline check (S3) therefore counts a lease's end as on time when it
 // came no later past the bound than the process stood still during the
 // lease's life; a deadline that fires late in a process that runs is still
-// a violation. (On CI, a lease whose renewals could not have been answered
-// ended 536 ms after its local deadline, 286 ms past the bound, in a
-// scenario that took 2.5 s instead of its usual 0.7–1.4 s.)
+// a violation. (On CI, a lease ended 536 ms after its local deadline, 286 ms
+// past the bound, in a scenario that took 2.5 s instead of its usual
+// 0.7–1.4 s.)
 
 // stallTick is how often the watch looks at the clock; stallMin the
 // shortest gap between two looks that counts as a stall: shorter ones are
