@@ -95,7 +95,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}},
 		{"scripts", func(c *Client) func(context.Context) error {
 			k := wire.KeysOf(DefaultPrefix, "bench")
-			owner, member, ttl := "owner", "owner/c", c.cfg.ttlArg
+			owner, member, ttl := "owner", "owner/c", c.defaults.ttlArg
 			return func(ctx context.Context) error {
 				if err := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, false, false, false, "")).Err; err != nil {
 					return err
@@ -181,7 +181,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 				resource := fmt.Sprintf("bench-par-%d", seq.Add(1))
 				k := wire.KeysOf(DefaultPrefix, resource)
 				owner, member := newOwner(c.hub.id)
-				holder, ttl := DefaultHolder(), c.cfg.ttlArg
+				holder, ttl := DefaultHolder(), c.defaults.ttlArg
 				for pb.Next() {
 					if name == "scripts" {
 						// A fence (> 0) for the lease taken, 1 for the lease deleted.
