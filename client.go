@@ -69,14 +69,18 @@ func newClient(opts []Option) *Client {
 
 // How many requests a Client has in flight before its calls queue to share
 // round trips (WithCombinedRequests), measured with 8 and 64 goroutines on
-// distinct keys on this repository's 2-core machine (docs/PERFORMANCE.md).
-// go-redis sends each request on a connection of its own, and 4 did better
-// than 1 or 2. rueidis and valkey-go pipeline concurrent requests on one
-// connection by themselves, flushing each that finds none queued: combining
-// after 4 cost a quarter of their pairs/s at 8 goroutines, after 16 it gains
-// at 64 goroutines and leaves 8 alone.
+// distinct keys on this repository's 2-core machines (docs/PERFORMANCE.md).
+// A queued call waits for a request in flight to return, so a low number
+// caps how many requests run at once: it pays where system calls are dear
+// (on one machine 4 did better than 1 or 2 at 8 goroutines) and costs
+// where they are cheap (on another, 4 lost a fifth of the pairs/s at 8
+// goroutines that 8 keeps, and both did alike at 64). go-redis sends each
+// request on a connection of its own. rueidis and valkey-go pipeline
+// concurrent requests on one connection by themselves, flushing each that
+// finds none queued: combining after 4 cost a quarter of their pairs/s at 8
+// goroutines, after 16 it gains at 64 goroutines and leaves 8 alone.
 const (
-	combineGoRedis = 4
+	combineGoRedis = 8
 	combineDriver  = 16
 )
 

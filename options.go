@@ -149,7 +149,7 @@ var defaultHolder = sync.OnceValue(func() string {
 func WithHolder(desc string) LeaseOption { return forLease(func(c *config) { c.holder = desc }) }
 
 // WithCombinedRequests turns the combining of concurrent requests on or
-// off. On (the default), while a Client has 4 requests in flight that
+// off. On (the default), while a Client has 8 requests in flight that
 // could have queued (16 for a Client of NewWithDriver: rueidis and valkey-go
 // pipeline concurrent requests by themselves, and gain from it only under
 // heavier load), the calls that other goroutines make queue, and go out

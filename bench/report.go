@@ -238,7 +238,7 @@ func (r *report) markdown() string {
 	w("G goroutines share one go-redis client (pool G+8) and one library client; each takes and releases its own key in a loop "+
 		"for %s; %d rounds alternating between the libraries, median pairs per second. Server CPU per pair is redis-server's "+
 		"(INFO cpu), client CPU per pair this process's (getrusage), both medians of the rounds: the two share the machine's "+
-		"cores. redlease combines a Client's concurrent calls while 4 of its requests are in flight, 16 on rueidis and valkey-go (`WithCombinedRequests`); "+
+		"cores. redlease combines a Client's concurrent calls while 8 of its requests are in flight, 16 on rueidis and valkey-go (`WithCombinedRequests`); "+
 		"the row \"%s\" has that turned off. The rows on rueidis and valkey-go dial their own client of the server "+
 		"(auto-pipelining, one connection); rueidislock and valkeylock run with one key per lock (KeyMajority 1; their "+
 		"default takes a majority of three keys), and their release is a cancel func whose DEL their own goroutine sends "+
