@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestChooseRows(t *testing.T) {
@@ -32,5 +36,29 @@ func TestChooseRows(t *testing.T) {
 	}
 	if _, err := chooseRows(impls, "no such row"); err == nil {
 		t.Error("chooseRows with a string that matches nothing: no error")
+	}
+}
+
+// stuckLocker's Lock returns only when its context ends, as a call that
+// never gets its reply.
+type stuckLocker struct{}
+
+func (stuckLocker) Lock(ctx context.Context, key string) error { <-ctx.Done(); return ctx.Err() }
+func (stuckLocker) Unlock(ctx context.Context) error           { return nil }
+
+// A parallel round whose pair does not return fails with an error that
+// says so, instead of waiting for the whole run's deadline.
+func TestRunParallelGivesUpOnAStuckPair(t *testing.T) {
+	defer func(d time.Duration) { stuckAfter = d }(stuckAfter)
+	stuckAfter = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := runParallel(ctx, []locker{stuckLocker{}}, "stuck", 10*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "did not return") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("runParallel = %v, want the stuck pair's error", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("runParallel took %v", took)
 	}
 }

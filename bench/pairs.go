@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -203,6 +206,15 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 	return out, nil
 }
 
+// stuckAfter is how long after a parallel round's end a pair may still be
+// running before the round gives up on it: long enough for any client's
+// timeouts and retries, short of the whole run's.
+var stuckAfter = time.Minute
+
+// runParallel runs the pairs of one round: each locker on its own key for
+// d. A pair that has not returned stuckAfter past the round's end has its
+// context cancelled, after the goroutines are written to stderr, so that a
+// call that does not return shows where it waits and fails its row.
 func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Duration) (int64, error) {
 	var (
 		total atomic.Int64
@@ -210,13 +222,22 @@ func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Du
 		errMu sync.Mutex
 		first error
 	)
-	stop := time.Now().Add(d)
+	stop, after := time.Now().Add(d), stuckAfter
+	rctx, cancel := context.WithDeadline(ctx, stop.Add(after))
+	defer cancel()
+	stuck := context.AfterFunc(rctx, func() {
+		if errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "a pair of %s has not returned %v after the round's end; goroutines:\n", prefix, after)
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		}
+	})
+	defer stuck()
 	for j, lk := range lockers {
 		key := fmt.Sprintf("%s-%d", prefix, j)
 		wg.Go(func() {
 			var n int64
 			for time.Now().Before(stop) {
-				if err := pair(ctx, lk, key); err != nil {
+				if err := pair(rctx, lk, key); err != nil {
 					errMu.Lock()
 					first = err
 					errMu.Unlock()
@@ -228,6 +249,9 @@ func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Du
 		})
 	}
 	wg.Wait()
+	if first != nil && rctx.Err() != nil && ctx.Err() == nil {
+		first = fmt.Errorf("a pair did not return within %v of the round's end: %w", after, first)
+	}
 	return total.Load(), first
 }
 
