@@ -126,14 +126,14 @@ func TestIntegrationBreakHonoursTheLockDelay(t *testing.T) {
 	})
 }
 
-// ignoreBusy is err, or nil if it says that the lease is busy.
 // redisClockSlack is how much sooner than a span measured here Redis may
 // let a key expire: it keeps an expiry in whole milliseconds of its own
-// clock, the wall clock, where a test measures on Go's monotonic clock. (CI
-// once saw a broken lease's 1 s lock delay end 999.998 ms after the test's
-// clock began before the Break was sent.)
+// clock, the wall clock, where a test measures on Go's monotonic clock. (A
+// run of .ci/run saw a broken lease's 1 s lock delay end 999.998 ms after
+// the test's clock began, before the Break was sent.)
 const redisClockSlack = 2 * time.Millisecond
 
+// ignoreBusy is err, or nil if it says that the lease is busy.
 func ignoreBusy(err error) error {
 	if errors.Is(err, redlease.ErrNotAcquired) {
 		return nil
