@@ -177,7 +177,11 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 		if quick {
 			batches, rounds = 5, 2
 		}
-		rep.share, err = serverShare(ctx, srv, scriptPairs(s), 200, batches, rounds)
+		pairs, err := scriptPairs(s)
+		if err != nil {
+			return err
+		}
+		rep.share, err = serverShare(ctx, srv, pairs, 200, batches, rounds)
 		if err != nil {
 			return err
 		}

@@ -260,9 +260,13 @@ func (r *report) markdown() string {
 		w("What each lock's scripts cost redis-server per uncontended pair, without round trips in the way: one client " +
 			"pipelines 200 acquires of keys of their own, then their 200 releases, 25 batches a round; the server's CPU " +
 			"time (INFO cpu) over the acquires and over the releases, per pair; medians of 11 rounds alternating between " +
-			"the rows, and of each round's ratio to the first row. bsm/redislock's row runs the commands its obtain and " +
-			"release scripts run for a free key (SET NX PX in a script, compare-and-delete). This is what a shared Redis " +
-			"pays for every lease.\n\n")
+			"the rows, and of each round's ratio to the first row; the server is flushed after each row. bsm/redislock's " +
+			"row runs the commands its obtain and release scripts run for a free key (SET NX PX in a script, " +
+			"compare-and-delete). The rows between the fenced floor and redlease's scripts add, step by step, redlease's " +
+			"keys (the queue's, the liveness and the released keys) and its arguments (the mode, the queue member, the " +
+			"holder description) to the floor's scripts; the two rows after redlease's take out the holder description " +
+			"(an option) and the released lease kept for a retried release's verdict (not an option: DEL in place of " +
+			"the release's RENAME). This is what a shared Redis pays for every lease.\n\n")
 		w("| scripts | server CPU per pair | acquire | release | ÷ first row |\n|---|---|---|---|---|\n")
 		for _, sh := range r.share {
 			w("| %s | %s | %s | %s | %.2f |\n", sh.name, usf(sh.total), usf(sh.acquire), usf(sh.release), sh.vsFirst)

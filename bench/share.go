@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlease/redlease/internal/wire"
 )
 
 // The server's share: what a lock's two scripts cost redis-server per
@@ -21,6 +24,7 @@ type scriptPair struct {
 	name    string
 	acquire func(p redis.Pipeliner, key, owner string)
 	release func(p redis.Pipeliner, key, owner string)
+	load    []*redis.Script // scripts of its own, put in the server's cache before the rounds
 }
 
 // shareResult is a script pair's server CPU time per pair: medians over
@@ -42,7 +46,23 @@ var (
 	bsmReleaseLua   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`)
 )
 
-func scriptPairs(s *scripts) []scriptPair {
+// releaseByDel is redlease's release script with DEL in place of the RENAME
+// that keeps the released lease for a retried release's verdict: what that
+// verdict costs the server. redlease has no such variant.
+func releaseByDel() (*redis.Script, error) {
+	const rename = "redis.call('RENAME', lease, KEYS[4])"
+	src := wire.Named("release.lua").Source()
+	if strings.Count(src, rename) != 1 {
+		return nil, fmt.Errorf("the server's share: release.lua has not exactly one %q", rename)
+	}
+	return redis.NewScript(strings.Replace(src, rename, "redis.call('DEL', lease)", 1)), nil
+}
+
+func scriptPairs(s *scripts) ([]scriptPair, error) {
+	byDel, err := releaseByDel()
+	if err != nil {
+		return nil, err
+	}
 	ttlArg := strconv.FormatInt(ttlMS, 10)
 	// redlease's keys for a resource; the fence counter is its slot's,
 	// one key for every resource here, as on a single server.
@@ -61,29 +81,52 @@ func scriptPairs(s *scripts) []scriptPair {
 			},
 			func(p redis.Pipeliner, key, owner string) {
 				bsmReleaseLua.EvalSha(context.Background(), p, []string{key}, owner)
-			}},
+			},
+			[]*redis.Script{bsmObtainScript, bsmReleaseLua}},
 		{"fenced floor (INCR + SET NX PX; compare-and-delete)",
 			func(p redis.Pipeliner, key, owner string) {
 				fencedScript.EvalSha(context.Background(), p, []string{key, "{abc}:fence"}, owner, ttlArg)
 			},
 			func(p redis.Pipeliner, key, owner string) {
 				fencedDelScript.EvalSha(context.Background(), p, []string{key}, owner)
-			}},
+			}, nil},
+		{"the fenced floor with redlease's keys",
+			func(p redis.Pipeliner, key, owner string) {
+				fencedScript.EvalSha(context.Background(), p, acqKeys(key), owner, ttlArg)
+			},
+			func(p redis.Pipeliner, key, owner string) {
+				fencedDelScript.EvalSha(context.Background(), p, relKeys(key), owner)
+			}, nil},
 		{"the fenced floor with redlease's keys and arguments",
 			func(p redis.Pipeliner, key, owner string) {
 				fencedScript.EvalSha(context.Background(), p, acqKeys(key), owner, ttlArg, "0", owner+"/raw", holder)
 			},
 			func(p redis.Pipeliner, key, owner string) {
 				fencedDelScript.EvalSha(context.Background(), p, relKeys(key), owner)
-			}},
+			}, nil},
 		{"redlease's scripts (acquire.lua, release.lua)",
 			func(p redis.Pipeliner, key, owner string) {
 				s.acquire.EvalSha(context.Background(), p, acqKeys(key), owner, ttlArg, "0", owner+"/raw", holder)
 			},
 			func(p redis.Pipeliner, key, owner string) {
 				s.release.EvalSha(context.Background(), p, relKeys(key), owner)
-			}},
-	}
+			}, nil},
+		{"redlease's scripts without a holder description (WithHolder(\"\"))",
+			func(p redis.Pipeliner, key, owner string) {
+				s.acquire.EvalSha(context.Background(), p, acqKeys(key), owner, ttlArg, "0", owner+"/raw")
+			},
+			func(p redis.Pipeliner, key, owner string) {
+				s.release.EvalSha(context.Background(), p, relKeys(key), owner)
+			}, nil},
+		{"redlease's scripts, the release deleting the lease instead of keeping it for a retried release's verdict (no such option)",
+			func(p redis.Pipeliner, key, owner string) {
+				s.acquire.EvalSha(context.Background(), p, acqKeys(key), owner, ttlArg, "0", owner+"/raw", holder)
+			},
+			func(p redis.Pipeliner, key, owner string) {
+				byDel.EvalSha(context.Background(), p, relKeys(key), owner)
+			},
+			[]*redis.Script{byDel}},
+	}, nil
 }
 
 // serverShare runs each pair batches × batch times per round, rounds
@@ -91,11 +134,12 @@ func scriptPairs(s *scripts) []scriptPair {
 func serverShare(ctx context.Context, srv *server, pairs []scriptPair, batch, batches, rounds int) ([]shareResult, error) {
 	rdb := srv.client(nil, 2)
 	defer rdb.Close()
-	if err := bsmObtainScript.Load(ctx, rdb).Err(); err != nil {
-		return nil, err
-	}
-	if err := bsmReleaseLua.Load(ctx, rdb).Err(); err != nil {
-		return nil, err
+	for _, sp := range pairs {
+		for _, sc := range sp.load {
+			if err := sc.Load(ctx, rdb).Err(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	type sample struct{ acq, rel, vs float64 }
 	samples := make([][]sample, len(pairs))
@@ -130,6 +174,12 @@ func serverShare(ctx context.Context, srv *server, pairs []scriptPair, batch, ba
 			if err != nil {
 				return nil, err
 			}
+			// The next row starts from an empty server: rows that keep
+			// keys (redlease's release keeps the released lease) would
+			// otherwise make the dictionaries of the rows after them grow.
+			if err := srv.flush(ctx); err != nil {
+				return nil, err
+			}
 			if r < 0 {
 				continue
 			}
@@ -141,9 +191,6 @@ func serverShare(ctx context.Context, srv *server, pairs []scriptPair, batch, ba
 			}
 			s.vs = (s.acq + s.rel) / (base.acq + base.rel)
 			samples[i] = append(samples[i], s)
-		}
-		if err := srv.flush(ctx); err != nil {
-			return nil, err
 		}
 	}
 	out := make([]shareResult, len(pairs))
