@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
-	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,6 +142,15 @@ type parallelResult struct {
 	// the machine's cores.
 	serverCPU, clientCPU       map[int]time.Duration
 	serverRounds, clientRounds map[int][]float64
+	// Rounds given up on: a pair had not returned a while after the round's
+	// end (runParallel). The round counts the pairs that completed in it.
+	hung []hungRound
+}
+
+// hungRound is a parallel round in which a pair did not return.
+type hungRound struct {
+	goroutines, round int      // round -1 is the warm-up
+	in                []string // where the stuck pairs waited
 }
 
 // parallel runs g goroutines, each taking and releasing its own key in a
@@ -178,9 +189,12 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 					rd = d / 4
 				}
 				st0, cpu0 := srv.stats(ctx), cpuTime()
-				n, err := runParallel(ctx, setups[i].lockers, fmt.Sprintf("par-%d-%d", i, g), rd)
+				n, hung, err := runParallel(ctx, setups[i].lockers, fmt.Sprintf("par-%d-%d", i, g), rd)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %d goroutines: %w", im.name, g, err)
+				}
+				if hung != nil {
+					out[i].hung = append(out[i].hung, hungRound{goroutines: g, round: r, in: hung})
 				}
 				st, cpu := srv.stats(ctx).sub(st0), cpuTime()-cpu0
 				if r >= 0 && n > 0 {
@@ -210,40 +224,52 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 // timeouts and retries, short of the whole run's.
 var stuckAfter = time.Minute
 
-// runParallel runs the pairs of one round: each locker on its own key for
-// d. A pair that has not returned stuckAfter past the round's end has its
-// context cancelled, after the goroutines are written to stderr, so that a
-// call that does not return shows where it waits and fails its row. The
+// runParallel runs one goroutine per locker, each taking and releasing its
+// own key in a loop for d, and returns the pairs that completed. A pair that
+// has not returned stuckAfter past the round's end has its context
+// cancelled, and the round returns where the pairs then waited (hung: see
+// waitingIn), after writing every goroutine to stderr: a lock that loses a
+// wake-up marks its own rows instead of failing the whole run.
+// err is a pair's error, other than the cancellation of a stuck round. The
 // pairs' context gets no deadline of its own: a deadline nearer than
 // go-redis's own timeouts reach would put redlease's acquires on a
 // goroutine (see acquisition.send) and change what is measured.
-func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Duration) (int64, error) {
+func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Duration) (n int64, hung []string, err error) {
 	var (
 		total atomic.Int64
 		wg    sync.WaitGroup
-		errMu sync.Mutex
+		mu    sync.Mutex
 		first error
-		stuck atomic.Bool
+		stuck atomic.Bool // the round has given up
 	)
 	stop, after := time.Now().Add(d), stuckAfter
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	gaveUp := make(chan struct{})
 	giveUp := time.AfterFunc(d+after, func() {
+		defer close(gaveUp)
+		all := make([]byte, 1<<20)
+		all = all[:runtime.Stack(all, true)]
+		mu.Lock()
+		if hung = waitingIn(string(all)); len(hung) == 0 {
+			hung = []string{"(none: every pair returned as the round gave up)"}
+		}
+		mu.Unlock()
+		fmt.Fprintf(os.Stderr, "a pair of %s has not returned %v after the round's end; goroutines:\n%s\n", prefix, after, all)
 		stuck.Store(true)
-		fmt.Fprintf(os.Stderr, "a pair of %s has not returned %v after the round's end; goroutines:\n", prefix, after)
-		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 		cancel()
 	})
-	defer giveUp.Stop()
 	for j, lk := range lockers {
 		key := fmt.Sprintf("%s-%d", prefix, j)
 		wg.Go(func() {
 			var n int64
 			for time.Now().Before(stop) {
 				if err := pair(rctx, lk, key); err != nil {
-					errMu.Lock()
-					first = err
-					errMu.Unlock()
+					if !stuck.Load() || !errors.Is(err, context.Canceled) {
+						mu.Lock()
+						first = err
+						mu.Unlock()
+					}
 					break
 				}
 				n++
@@ -252,10 +278,56 @@ func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Du
 		})
 	}
 	wg.Wait()
-	if stuck.Load() {
-		first = fmt.Errorf("a pair did not return within %v of the round's end: %w", after, first)
+	if !giveUp.Stop() {
+		<-gaveUp
 	}
-	return total.Load(), first
+	return total.Load(), hung, first
+}
+
+// waitingIn returns, for each goroutine of stacks (runtime.Stack's text)
+// that is running a pair, the innermost function of its stack outside the
+// standard library: the call that the pair waits in. Each function once.
+func waitingIn(stacks string) []string {
+	var out []string
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if !strings.Contains(g, "\n"+pairFunc+"(") {
+			continue
+		}
+		lines := strings.Split(g, "\n")
+		for k := 1; k < len(lines); k += 2 { // a function's line, then its file's
+			fn := lines[k]
+			if a := strings.LastIndex(fn, "("); a > 0 { // the arguments
+				fn = fn[:a]
+			}
+			if standard(fn) {
+				continue
+			}
+			if !slices.Contains(out, fn) {
+				out = append(out, fn)
+			}
+			break
+		}
+	}
+	return out
+}
+
+// pairFunc is pair's name in a stack: main.pair, or in a test the
+// package's path and .pair.
+var pairFunc = runtime.FuncForPC(reflect.ValueOf(pair).Pointer()).Name()
+
+// standard reports whether fn, a function as a stack names it, is in the
+// standard library: the first element of its package's path has no dot.
+func standard(fn string) bool {
+	dir, name := "", fn
+	if k := strings.LastIndex(fn, "/"); k >= 0 {
+		dir, name = fn[:k], fn[k+1:]
+	}
+	pkg, _, _ := strings.Cut(name, ".")
+	if dir != "" {
+		pkg = dir
+	}
+	first, _, _ := strings.Cut(pkg, "/")
+	return !strings.Contains(first, ".") && first != "main"
 }
 
 func median(v []float64) float64 {

@@ -254,6 +254,17 @@ func (r *report) markdown() string {
 		w("| %s | %s | %s | %s | %s / %s | %s / %s |\n", p.name, thousands(p.perSec[8]), thousands(p.perSec[64]), rel,
 			us(p.serverCPU[8]), us(p.serverCPU[64]), us(p.clientCPU[8]), us(p.clientCPU[64]))
 	}
+	for _, p := range r.parallel {
+		for _, h := range p.hung {
+			round := fmt.Sprintf("round %d of %d", h.round+1, r.plan.parRounds)
+			if h.round < 0 {
+				round = "the warm-up round"
+			}
+			w("\n**%s, %d goroutines, %s:** a pair had not returned %v after the round's end, waiting in %s; the run "+
+				"cancelled it (its goroutines are on stderr), and the round counts the pairs that completed in it.\n",
+				p.name, h.goroutines, round, stuckAfter, "`"+strings.Join(h.in, "`, `")+"`")
+		}
+	}
 
 	if len(r.share) > 0 {
 		w("\n## 2b. The server's share\n\n")
