@@ -98,3 +98,17 @@ func TestStandard(t *testing.T) {
 		}
 	}
 }
+
+// A hung round is named under the parallel table, with where its pairs
+// waited.
+func TestReportNamesAHungRound(t *testing.T) {
+	r := &report{started: time.Now(), plan: plan{parDur: time.Second, parRounds: 7},
+		parallel: []parallelResult{{name: "a lock", perSec: map[int]float64{8: 1, 64: 1},
+			serverCPU: map[int]time.Duration{}, clientCPU: map[int]time.Duration{},
+			hung: []hungRound{{goroutines: 8, round: 2, in: []string{"example.com/lock.Wait"}}}}}}
+	md := r.markdown()
+	want := "**a lock, 8 goroutines, round 3 of 7:** a pair had not returned 1m0s after the round's end, waiting in `example.com/lock.Wait`"
+	if !strings.Contains(md, want) {
+		t.Fatalf("the report does not say %q:\n%s", want, md)
+	}
+}
