@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -230,7 +229,7 @@ var stuckAfter = time.Minute
 // cancelled, and the round returns where the pairs then waited (hung: see
 // waitingIn), after writing every goroutine to stderr: a lock that loses a
 // wake-up marks its own rows instead of failing the whole run.
-// err is a pair's error, other than the cancellation of a stuck round. The
+// err is a pair's error, unless it came once the round had given up. The
 // pairs' context gets no deadline of its own: a deadline nearer than
 // go-redis's own timeouts reach would put redlease's acquires on a
 // goroutine (see acquisition.send) and change what is measured.
@@ -265,7 +264,7 @@ func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Du
 			var n int64
 			for time.Now().Before(stop) {
 				if err := pair(rctx, lk, key); err != nil {
-					if !stuck.Load() || !errors.Is(err, context.Canceled) {
+					if !stuck.Load() { // after the give-up, its cancellation's doing
 						mu.Lock()
 						first = err
 						mu.Unlock()
