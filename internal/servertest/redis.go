@@ -195,15 +195,22 @@ func SentinelOf(tb testing.TB, k Kind) (master, replica, sentinel *Server, rdb *
 	return master, replica, sentinel, rdb
 }
 
+// waitReady waits until s's process answers on s.Addr. The server that
+// answers must be that process (INFO's process_id): a port picked free may
+// be bound by another test's server before s's process binds it, and that
+// server would answer in its place while s's process exits.
 func (s *Server) waitReady(limit time.Duration) error {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer rdb.Close()
 	deadline := time.Now().Add(limit)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
+		info, err := rdb.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			if pid := infoField(info, "process_id"); pid != strconv.Itoa(s.cmd.Process.Pid) {
+				return fmt.Errorf("%s is served by process %s, not by the server started, %d", s.Addr, pid, s.cmd.Process.Pid)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -211,6 +218,16 @@ func (s *Server) waitReady(limit time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// infoField returns the value of field in the text of INFO.
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Restart kills the server (SIGKILL: no chance to save) and starts it again

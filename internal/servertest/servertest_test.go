@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -15,12 +16,7 @@ func field(t *testing.T, reply string, err error, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(reply, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
+	return infoField(reply, name)
 }
 
 // infoServer returns name's value in s's INFO server.
@@ -28,6 +24,22 @@ func infoServer(t *testing.T, s *Server, name string) string {
 	t.Helper()
 	info, err := s.Client(t).Info(context.Background(), "server").Result()
 	return field(t, info, err, name)
+}
+
+// A port picked free can be bound by another server before the one
+// started binds it: that one then answers, and must not pass for the
+// server started.
+func TestWaitReadyRefusesAnotherServersAnswer(t *testing.T) {
+	other := Redis(t)
+	s := &Server{Addr: other.Addr, bin: "sleep", argv: []string{"30"}} // a process that serves nothing
+	s.cmd = s.command()
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if err := s.waitReady(5 * time.Second); err == nil || !strings.Contains(err.Error(), "not by the server started") {
+		t.Fatalf("waitReady = %v, want the other server's answer refused", err)
+	}
 }
 
 func TestStartEachKind(t *testing.T) {
