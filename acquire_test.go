@@ -59,7 +59,7 @@ func silentRedis(t *testing.T) string {
 // 3 s Acquire returned after 4.7 s with "outcome unknown: context deadline
 // exceeded", the give-up release holding it up.)
 func TestAcquireKeepsItsDeadline(t *testing.T) {
-	refused := fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t)) // nothing listens
+	refused := servertest.RefusedAddr(t) // nothing listens
 	silent := silentRedis(t)
 	srv := servertest.Redis(t)
 	proxy := servertest.StartProxy(t, srv.Addr)

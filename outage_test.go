@@ -2,7 +2,6 @@ package redlease
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync"
 	"syscall"
@@ -38,7 +37,7 @@ func (o *outageEvents) Observe(_ context.Context, e Event) {
 // error, when its context ended, matched ErrNotAcquired.) Observers hear of
 // the outage when it begins.
 func TestAnOutageEndsAnAcquire(t *testing.T) {
-	refused := fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t)) // nothing listens
+	refused := servertest.RefusedAddr(t) // nothing listens
 	// An address that does not resolve, as the resolver says so (the tests
 	// send nothing beyond loopback, a DNS query included).
 	unresolvable := func(_ context.Context, network, addr string) (net.Conn, error) {
@@ -92,7 +91,7 @@ func TestAnOutageEndsAnAcquire(t *testing.T) {
 // waits ends after the bound is TestIntegrationMaxOutageEndsAWaitWhoseRedisWentAway,
 // in tests/, on every client.)
 func TestMaxOutage(t *testing.T) {
-	refused := fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t))
+	refused := servertest.RefusedAddr(t)
 	rdb := redis.NewClient(&redis.Options{Addr: refused, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := New(rdb, WithTTL(200*time.Millisecond))

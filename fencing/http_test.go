@@ -238,7 +238,7 @@ func TestHTTPGuardResourceOf(t *testing.T) {
 
 // A store that cannot answer gives 503, without its details.
 func TestHTTPGuardStoreDown(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", servertest.FreePort(t)), MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: servertest.RefusedAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	svc := &ledger{}
 	srv := httptest.NewServer(HTTPGuard{Store: NewRedisStore(rdb)}.Wrap(svc))

@@ -408,7 +408,7 @@ func TestClassifyRefusedDial(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {
 		// rueidis returns a single-server client even when its first dial
 		// fails if told so.
-		addr := fmt.Sprint("127.0.0.1:", servertest.FreePort(t))
+		addr := servertest.RefusedAddr(t)
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
 		if c == nil {
 			t.Fatalf("no client: %v", err)
@@ -562,7 +562,7 @@ func TestSubscriptionsShareOneDedicatedConnection(t *testing.T) {
 // A subscription that Redis does not confirm before ctx ends is not made;
 // its goroutine ends.
 func TestSubscribeUnreachable(t *testing.T) {
-	addr := fmt.Sprint("127.0.0.1:", servertest.FreePort(t))
+	addr := servertest.RefusedAddr(t)
 	c, _ := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

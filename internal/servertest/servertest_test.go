@@ -2,7 +2,10 @@ package servertest
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -92,5 +95,21 @@ func TestSentinelOfValkey(t *testing.T) {
 	}
 	if v := infoServer(t, master, "valkey_version"); v == "" {
 		t.Errorf("master %s is not valkey-server", master.Addr)
+	}
+}
+
+// A connection to RefusedAddr is refused, and no server can bind its port
+// while the test runs.
+func TestRefusedAddr(t *testing.T) {
+	addr := RefusedAddr(t)
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		if c != nil {
+			_ = c.Close()
+		}
+		t.Fatalf("dial %s: %v, want connection refused", addr, err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		_ = ln.Close()
+		t.Fatalf("listen on %s: the port was free", addr)
 	}
 }
