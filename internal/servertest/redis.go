@@ -195,17 +195,22 @@ func SentinelOf(tb testing.TB, k Kind) (master, replica, sentinel *Server, rdb *
 	return master, replica, sentinel, rdb
 }
 
-// waitReady waits until s's process answers on s.Addr. The server that
-// answers must be that process (INFO's process_id): a port picked free may
-// be bound by another test's server before s's process binds it, and that
-// server would answer in its place while s's process exits.
+// waitReady waits until s's process answers PING on s.Addr (not LOADING
+// any more, after a restart). The server that answers must be that process
+// (INFO's process_id): a port picked free may be bound by another test's
+// server before s's process binds it, and that server would answer in its
+// place while s's process exits.
 func (s *Server) waitReady(limit time.Duration) error {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer rdb.Close()
 	deadline := time.Now().Add(limit)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		info, err := rdb.Info(ctx, "server").Result()
+		err := rdb.Ping(ctx).Err()
+		var info string
+		if err == nil {
+			info, err = rdb.Info(ctx, "server").Result()
+		}
 		cancel()
 		if err == nil {
 			if pid := infoField(info, "process_id"); pid != strconv.Itoa(s.cmd.Process.Pid) {
