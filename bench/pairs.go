@@ -142,7 +142,8 @@ type parallelResult struct {
 	serverCPU, clientCPU       map[int]time.Duration
 	serverRounds, clientRounds map[int][]float64
 	// Rounds given up on: a pair had not returned a while after the round's
-	// end (runParallel). The round counts the pairs that completed in it.
+	// end (runParallel). The round counts the pairs that completed in it
+	// toward the pairs per second, and nothing toward the CPU per pair.
 	hung []hungRound
 }
 
@@ -199,8 +200,10 @@ func parallel(ctx context.Context, srv *server, impls []impl, gs []int, d time.D
 				if r >= 0 && n > 0 {
 					o := &out[i]
 					o.rounds[g] = append(o.rounds[g], float64(n)/rd.Seconds())
-					o.serverRounds[g] = append(o.serverRounds[g], float64(st.cpu)/float64(n))
-					o.clientRounds[g] = append(o.clientRounds[g], float64(cpu)/float64(n))
+					if hung == nil { // a hung round's CPU times span its wait for the give-up too
+						o.serverRounds[g] = append(o.serverRounds[g], float64(st.cpu)/float64(n))
+						o.clientRounds[g] = append(o.clientRounds[g], float64(cpu)/float64(n))
+					}
 				}
 			}
 		}
@@ -261,7 +264,7 @@ func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Du
 	for j, lk := range lockers {
 		key := fmt.Sprintf("%s-%d", prefix, j)
 		wg.Go(func() {
-			var n int64
+			var done int64
 			for time.Now().Before(stop) {
 				if err := pair(rctx, lk, key); err != nil {
 					if !stuck.Load() { // after the give-up, its cancellation's doing
@@ -271,9 +274,9 @@ func runParallel(ctx context.Context, lockers []locker, prefix string, d time.Du
 					}
 					break
 				}
-				n++
+				done++
 			}
-			total.Add(n)
+			total.Add(done)
 		})
 	}
 	wg.Wait()

@@ -261,7 +261,8 @@ func (r *report) markdown() string {
 				round = "the warm-up round"
 			}
 			w("\n**%s, %d goroutines, %s:** a pair had not returned %v after the round's end, waiting in %s; the run "+
-				"cancelled it (its goroutines are on stderr), and the round counts the pairs that completed in it.\n",
+				"cancelled it (its goroutines are on stderr); the round counts the pairs that completed in it toward the pairs "+
+				"per second, and is left out of the CPU per pair, whose time would include the wait.\n",
 				p.name, h.goroutines, round, stuckAfter, "`"+strings.Join(h.in, "`, `")+"`")
 		}
 	}
