@@ -13,13 +13,13 @@ require (
 	github.com/redlease/redlease/rueidislease v0.0.0-00010101000000-000000000000
 	github.com/redlease/redlease/valkeylease v0.0.0-00010101000000-000000000000
 	github.com/valkey-io/valkey-go v1.0.80
+	golang.org/x/sys v0.50.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 )
 
 replace github.com/redlease/redlease/rueidislease => ../rueidislease

@@ -44,8 +44,18 @@ func main() {
 		rows    = flag.String("rows", "", "pairs, parallel and hot parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
 		sampler = flag.String("sample-pttl", "", "internal: be the scale part's PTTL sampler for the redis-server at this address")
+		pinRun  = flag.Bool("pin", false, "Linux: run this process on one CPU (GOMAXPROCS 1) and redis-server on another, so that a pair's time does not depend on where the scheduler puts the two: the quieter measure of the uncontended pair; the parallel parts measure a 1-core client then")
 	)
 	flag.Parse()
+	if err := readPinned(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if *pinRun && !pinned.on {
+		err := pin() // returns only if it failed
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
 	if *sampler != "" {
 		if err := samplePTTL(*sampler); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: PTTL sampler:", err)

@@ -143,12 +143,22 @@ func (r *report) markdown() string {
 	}
 	w("\n| | |\n|---|---|\n")
 	w("| machine | %d cores (GOMAXPROCS %d), %s, Linux %s |\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), kernel())
+	if pinned.on {
+		w("| pinned (`-pin`) | this process on CPU %d, every thread of redis-server on CPU %d |\n", pinned.client, pinned.server)
+	}
 	w("| Go | %s |\n", runtime.Version())
 	w("| redis-server | %s, started by the run on 127.0.0.1, no persistence; all clients in the same process |\n", r.redisVersion)
 	w("| peers | github.com/bsm/redislock v0.9.4, github.com/go-redsync/redsync/v4 v4.18.1 (go-redis v9 pool), github.com/redis/go-redis/v9 v9.23.0; github.com/redis/rueidis v1.0.79 and its rueidislock, github.com/valkey-io/valkey-go v1.0.80 and its valkeylock (client-side caching off for redlease, as its drivers never use it) |\n")
 	w("| TTL | 10 s for every library |\n\n")
-	w("The machine is small and shared (2 noisy cores that also run redis-server): absolute times change by up to 2× between " +
-		"its quiet and busy spells, even within one run (see the rounds below); the ratios, round trips, allocations and commands " +
+	if pinned.on {
+		w("This run is pinned: the client has one core and redis-server the other, so every round trip crosses between " +
+			"the two cores, as it does between two machines, and no round is faster for landing both on one core. " +
+			"The uncontended pairs are what a pinned run measures best; the parallel parts measure a client limited to one core. ")
+	} else {
+		w("The machine is small and shared (2 noisy cores that also run redis-server): absolute times change by up to 2× between " +
+			"its quiet and busy spells, even within one run (see the rounds below). ")
+	}
+	w("The ratios, round trips, allocations and commands " +
 		"are what to compare. Each timed number is the median of several rounds that alternate between the libraries, so a noisy " +
 		"moment hits all of them alike.\n\n")
 
@@ -338,7 +348,7 @@ func (r *report) markdown() string {
 		}
 		w("\n")
 	}
-	w("## Reproduce\n\n```sh\nbench/run.sh            # about %s on this machine; writes docs/BENCHMARKS.md\nbench/run.sh -quick     # a smoke run\n```\n\n", r.duration.Round(10*time.Second))
+	w("## Reproduce\n\n```sh\nbench/run.sh            # about %s on this machine; writes docs/BENCHMARKS.md\nbench/run.sh -quick     # a smoke run\nbench/run.sh -pin -parts pairs -out -   # the uncontended pairs, the client and redis-server on a core each (Linux)\n```\n\n", r.duration.Round(10*time.Second))
 	w("Core micro-benchmarks (no peers needed): `go test -run '^$' -bench 'AcquireRelease|RenewBatch|Handoff' -benchmem`.\n")
 	return b.String()
 }

@@ -50,6 +50,13 @@ func startServer(bin string) (*server, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := s.info.Ping(ctx).Err()
 		cancel()
+		if err == nil && pinned.on {
+			// After it answers, so that every thread it starts at startup is pinned.
+			if err := pinServer(s.cmd.Process.Pid); err != nil {
+				s.stop()
+				return nil, err
+			}
+		}
 		if err == nil {
 			return s, nil
 		}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestTwoCPUs(t *testing.T) {
+	set := func(cpus ...int) *unix.CPUSet {
+		var s unix.CPUSet
+		for _, c := range cpus {
+			s.Set(c)
+		}
+		return &s
+	}
+	for _, tc := range []struct {
+		set            *unix.CPUSet
+		client, server int
+	}{
+		{set(0, 1), 0, 1},
+		{set(3, 5, 7), 3, 5},
+		{set(1, 200), 1, 200},
+	} {
+		c, s, err := twoCPUs(tc.set)
+		if err != nil || c != tc.client || s != tc.server {
+			t.Errorf("twoCPUs(%v) = %d, %d, %v; want %d, %d", tc.set, c, s, err, tc.client, tc.server)
+		}
+	}
+	for _, one := range []*unix.CPUSet{set(), set(4)} {
+		if _, _, err := twoCPUs(one); err == nil {
+			t.Errorf("twoCPUs(%v): no error", one)
+		}
+	}
+}
+
+func TestReadPinned(t *testing.T) {
+	defer func(p pinning) { pinned = p }(pinned)
+	t.Setenv(pinnedEnv, "2,5")
+	if err := readPinned(); err != nil || pinned != (pinning{on: true, client: 2, server: 5}) {
+		t.Errorf("readPinned with %s=2,5: %+v, %v", pinnedEnv, pinned, err)
+	}
+	for _, bad := range []string{"", "2", "2,x", "a,5"} {
+		pinned = pinning{}
+		t.Setenv(pinnedEnv, bad)
+		if err := readPinned(); err == nil {
+			t.Errorf("readPinned with %s=%q: no error (%+v)", pinnedEnv, bad, pinned)
+		}
+	}
+}
+
+// A -pin run runs on one CPU and says so in its report; redis-server's
+// threads are pinned too, or the run fails.
+func TestPinRunsPinned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the bench")
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil || set.Count() < 2 {
+		t.Skipf("needs two CPUs (%d, %v)", set.Count(), err)
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("REDLEASE_REQUIRE_SERVERS") != "" {
+			t.Fatal("redis-server not found")
+		}
+		t.Skip("redis-server not found")
+	}
+	bin := filepath.Join(t.TempDir(), "bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-pin", "-quick", "-parts", "pairs", "-rows", nameBSM, "-out", "-")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bench -pin: %v\n%s", err, out)
+	}
+	report := string(out)
+	for _, want := range []string{"(GOMAXPROCS 1)", "| pinned (`-pin`) | this process on CPU ", "This run is pinned"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report of a -pin run lacks %q:\n%s", want, report)
+		}
+	}
+}
