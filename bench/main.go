@@ -124,7 +124,7 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	if err := loadAll(ctx, srv.info, s); err != nil {
 		return err
 	}
-	rep := &report{started: time.Now(), quick: quick, plan: p, redisVersion: srv.version(ctx)}
+	rep := &report{started: time.Now(), quick: quick, args: os.Args[1:], plan: p, redisVersion: srv.version(ctx)}
 	began := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "[%5.1fs] "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +111,25 @@ func TestReportNamesAHungRound(t *testing.T) {
 	want := "**a lock, 8 goroutines, round 3 of 7:** a pair had not returned 1m0s after the round's end, waiting in `example.com/lock.Wait`"
 	if !strings.Contains(md, want) {
 		t.Fatalf("the report does not say %q:\n%s", want, md)
+	}
+}
+
+func TestShellWords(t *testing.T) {
+	args := []string{"-pin", "-rows", "bsm/redislock, defaults,redlease", "it's", "", "-out", "/tmp/x.md"}
+	got := shellWords(args)
+	want := `-pin -rows 'bsm/redislock, defaults,redlease' 'it'\''s' '' -out /tmp/x.md`
+	if got != want {
+		t.Fatalf("shellWords = %s, want %s", got, want)
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to read the words back")
+	}
+	out, err := exec.Command(sh, "-c", "set -- "+got+`; for a in "$@"; do printf '%s\0' "$a"; done`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00"); !slices.Equal(back, args) {
+		t.Errorf("sh reads %q back as %q", got, back)
 	}
 }

@@ -79,9 +79,15 @@ func TestPinRunsPinned(t *testing.T) {
 		t.Fatalf("bench -pin: %v\n%s", err, out)
 	}
 	report := string(out)
-	for _, want := range []string{"(GOMAXPROCS 1)", "| pinned (`-pin`) | this process on CPU ", "This run is pinned"} {
+	for _, want := range []string{"(GOMAXPROCS 1)", "| pinned (`-pin`) | this process on CPU ", "This run is pinned",
+		"bench/run.sh -pin -quick -parts pairs -rows '" + nameBSM + "' -out -   # this report"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("the report of a -pin run lacks %q:\n%s", want, report)
+		}
+	}
+	for _, part := range []string{"## 2. Parallel", "## 3. One hot key"} { // parts it did not run
+		if strings.Contains(report, part) {
+			t.Errorf("the report of a run of the pairs part has %q:\n%s", part, report)
 		}
 	}
 }

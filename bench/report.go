@@ -12,6 +12,7 @@ type report struct {
 	started      time.Time
 	duration     time.Duration
 	quick        bool
+	args         []string // the run's flags
 	plan         plan
 	redisVersion string
 	pairs        []pairResult
@@ -209,71 +210,75 @@ func (r *report) markdown() string {
 		"in the hot-key rows is the 100 ms linear retry of its own example. redsync's defaults retry 32 times after 50–250 ms at " +
 		"random. A caller that got no lock asks again in both cases.\n\n")
 
-	w("## 1. Uncontended acquire+release\n\n")
-	w("One goroutine takes and releases one free key, %d pairs per round, %d rounds; median of the rounds. \"× raw\" is the "+
-		"median of each round's ratio to the raw go-redis run of redlease's scripts just before it in the same round, which "+
-		"evens out the machine's slow and fast spells. Client CPU is this process's (getrusage) per pair, goroutines started per pair from runtime/metrics. Round trips are the "+
-		"commands go-redis sent (a hook); server commands count what redis-server executed (INFO commandstats, "+
-		"commands called from scripts included); allocations are the process's (runtime.MemStats) per pair.\n\n", r.plan.pairs, r.plan.pairRounds)
-	w("| | µs per pair | × raw | round trips | client CPU | goroutines started | allocs | bytes | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, p := range r.pairs {
-		w("| %s | %.1f | %.2f | %s | %s | %s | %.0f | %.0f | %s | %s |\n", p.name, p.ns/1e3, p.vsFirst, num(p.trips), us(p.clientCPU),
-			num(p.started), p.allocs, p.bytes, num(p.serverCmd), us(p.serverCPU))
-	}
-	w("\nRounds (µs): ")
-	for i, p := range r.pairs {
-		if i > 0 {
-			w("; ")
+	if len(r.pairs) > 0 {
+		w("## 1. Uncontended acquire+release\n\n")
+		w("One goroutine takes and releases one free key, %d pairs per round, %d rounds; median of the rounds. \"× raw\" is the "+
+			"median of each round's ratio to the raw go-redis run of redlease's scripts just before it in the same round, which "+
+			"evens out the machine's slow and fast spells. Client CPU is this process's (getrusage) per pair, goroutines started per pair from runtime/metrics. Round trips are the "+
+			"commands go-redis sent (a hook); server commands count what redis-server executed (INFO commandstats, "+
+			"commands called from scripts included); allocations are the process's (runtime.MemStats) per pair.\n\n", r.plan.pairs, r.plan.pairRounds)
+		w("| | µs per pair | × raw | round trips | client CPU | goroutines started | allocs | bytes | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, p := range r.pairs {
+			w("| %s | %.1f | %.2f | %s | %s | %s | %.0f | %.0f | %s | %s |\n", p.name, p.ns/1e3, p.vsFirst, num(p.trips), us(p.clientCPU),
+				num(p.started), p.allocs, p.bytes, num(p.serverCmd), us(p.serverCPU))
 		}
-		w("%s:", p.name)
-		for _, v := range p.nsRounds {
-			w(" %.0f", v/1e3)
-		}
-	}
-	w(".\n\nThe raw go-redis rows are the floors: redlease's own two scripts sent by hand with EVALSHA (keys built once, a " +
-		"counter for the owner token); the peers' SET NX PX plus a compare-and-delete script; the floor of any fenced lock, a " +
-		"script that increments a counter and takes the lock with SET NX PX, and a compare-and-delete; and those two fenced " +
-		"scripts sent with the keys and arguments redlease's scripts take (the waiting queue's keys, the released key, the mode, " +
-		"queue member, holder description), which they ignore: the price of carrying them. \"redlease\" is `Acquire` with " +
-		"the defaults (auto-renew on, so each lease is scheduled with the watchdog and unscheduled at release). " +
-		"Two more floors tell where the time of two rows goes. \"" + nameSpawned + "\" sends the fenced acquire as redlease " +
-		"sends one whose deadline go-redis would not keep (ContextTimeoutEnabled off): on a goroutine started for it, which " +
-		"the caller waits for or leaves at its deadline. \"" + nameFencedRueidisSub + "\" is the rueidis floor on a client " +
-		"that holds a subscription, as redlease's does (its break channel): rueidis then sends every request through its " +
-		"pipelining goroutines, while a client that never subscribed, and never had two requests at once on its connection, " +
-		"writes and reads on the caller's goroutine. (The rueidis floors count no round trips: they send through the client " +
-		"itself, without a counter.)\n\n")
-
-	w("## 2. Parallel, distinct keys\n\n")
-	w("G goroutines share one go-redis client (pool G+8) and one library client; each takes and releases its own key in a loop "+
-		"for %s; %d rounds alternating between the libraries, median pairs per second. Server CPU per pair is redis-server's "+
-		"(INFO cpu), client CPU per pair this process's (getrusage), both medians of the rounds: the two share the machine's "+
-		"cores. redlease combines a Client's concurrent calls while 8 of its requests are in flight, 16 on rueidis and valkey-go (`WithCombinedRequests`); "+
-		"the row \"%s\" has that turned off. The rows on rueidis and valkey-go dial their own client of the server "+
-		"(auto-pipelining, one connection); rueidislock and valkeylock run with one key per lock (KeyMajority 1; their "+
-		"default takes a majority of three keys), and their release is a cancel func whose DEL their own goroutine sends "+
-		"after it returns, so their pairs count the acquire and only the start of the release.\n\n",
-		r.plan.parDur, r.plan.parRounds, nameRLAlone)
-	w("| | 8 goroutines | 64 goroutines | redlease ÷ this (8 / 64) | server CPU per pair (8 / 64) | client CPU per pair (8 / 64) |\n|---|---|---|---|---|---|\n")
-	prl := r.par(nameRL)
-	for _, p := range r.parallel {
-		rel := "—"
-		if prl != nil {
-			rel = fmt.Sprintf("%.2f / %.2f", prl.perSec[8]/p.perSec[8], prl.perSec[64]/p.perSec[64])
-		}
-		w("| %s | %s | %s | %s | %s / %s | %s / %s |\n", p.name, thousands(p.perSec[8]), thousands(p.perSec[64]), rel,
-			us(p.serverCPU[8]), us(p.serverCPU[64]), us(p.clientCPU[8]), us(p.clientCPU[64]))
-	}
-	for _, p := range r.parallel {
-		for _, h := range p.hung {
-			round := fmt.Sprintf("round %d of %d", h.round+1, r.plan.parRounds)
-			if h.round < 0 {
-				round = "the warm-up round"
+		w("\nRounds (µs): ")
+		for i, p := range r.pairs {
+			if i > 0 {
+				w("; ")
 			}
-			w("\n**%s, %d goroutines, %s:** a pair had not returned %v after the round's end, waiting in %s; the run "+
-				"cancelled it (its goroutines are on stderr); the round counts the pairs that completed in it toward the pairs "+
-				"per second, and is left out of the CPU per pair, whose time would include the wait.\n",
-				p.name, h.goroutines, round, stuckAfter, "`"+strings.Join(h.in, "`, `")+"`")
+			w("%s:", p.name)
+			for _, v := range p.nsRounds {
+				w(" %.0f", v/1e3)
+			}
+		}
+		w(".\n\nThe raw go-redis rows are the floors: redlease's own two scripts sent by hand with EVALSHA (keys built once, a " +
+			"counter for the owner token); the peers' SET NX PX plus a compare-and-delete script; the floor of any fenced lock, a " +
+			"script that increments a counter and takes the lock with SET NX PX, and a compare-and-delete; and those two fenced " +
+			"scripts sent with the keys and arguments redlease's scripts take (the waiting queue's keys, the released key, the mode, " +
+			"queue member, holder description), which they ignore: the price of carrying them. \"redlease\" is `Acquire` with " +
+			"the defaults (auto-renew on, so each lease is scheduled with the watchdog and unscheduled at release). " +
+			"Two more floors tell where the time of two rows goes. \"" + nameSpawned + "\" sends the fenced acquire as redlease " +
+			"sends one whose deadline go-redis would not keep (ContextTimeoutEnabled off): on a goroutine started for it, which " +
+			"the caller waits for or leaves at its deadline. \"" + nameFencedRueidisSub + "\" is the rueidis floor on a client " +
+			"that holds a subscription, as redlease's does (its break channel): rueidis then sends every request through its " +
+			"pipelining goroutines, while a client that never subscribed, and never had two requests at once on its connection, " +
+			"writes and reads on the caller's goroutine. (The rueidis floors count no round trips: they send through the client " +
+			"itself, without a counter.)\n\n")
+	}
+
+	if len(r.parallel) > 0 {
+		w("## 2. Parallel, distinct keys\n\n")
+		w("G goroutines share one go-redis client (pool G+8) and one library client; each takes and releases its own key in a loop "+
+			"for %s; %d rounds alternating between the libraries, median pairs per second. Server CPU per pair is redis-server's "+
+			"(INFO cpu), client CPU per pair this process's (getrusage), both medians of the rounds: the two share the machine's "+
+			"cores. redlease combines a Client's concurrent calls while 8 of its requests are in flight, 16 on rueidis and valkey-go (`WithCombinedRequests`); "+
+			"the row \"%s\" has that turned off. The rows on rueidis and valkey-go dial their own client of the server "+
+			"(auto-pipelining, one connection); rueidislock and valkeylock run with one key per lock (KeyMajority 1; their "+
+			"default takes a majority of three keys), and their release is a cancel func whose DEL their own goroutine sends "+
+			"after it returns, so their pairs count the acquire and only the start of the release.\n\n",
+			r.plan.parDur, r.plan.parRounds, nameRLAlone)
+		w("| | 8 goroutines | 64 goroutines | redlease ÷ this (8 / 64) | server CPU per pair (8 / 64) | client CPU per pair (8 / 64) |\n|---|---|---|---|---|---|\n")
+		prl := r.par(nameRL)
+		for _, p := range r.parallel {
+			rel := "—"
+			if prl != nil {
+				rel = fmt.Sprintf("%.2f / %.2f", prl.perSec[8]/p.perSec[8], prl.perSec[64]/p.perSec[64])
+			}
+			w("| %s | %s | %s | %s | %s / %s | %s / %s |\n", p.name, thousands(p.perSec[8]), thousands(p.perSec[64]), rel,
+				us(p.serverCPU[8]), us(p.serverCPU[64]), us(p.clientCPU[8]), us(p.clientCPU[64]))
+		}
+		for _, p := range r.parallel {
+			for _, h := range p.hung {
+				round := fmt.Sprintf("round %d of %d", h.round+1, r.plan.parRounds)
+				if h.round < 0 {
+					round = "the warm-up round"
+				}
+				w("\n**%s, %d goroutines, %s:** a pair had not returned %v after the round's end, waiting in %s; the run "+
+					"cancelled it (its goroutines are on stderr); the round counts the pairs that completed in it toward the pairs "+
+					"per second, and is left out of the CPU per pair, whose time would include the wait.\n",
+					p.name, h.goroutines, round, stuckAfter, "`"+strings.Join(h.in, "`, `")+"`")
+			}
 		}
 	}
 
@@ -295,27 +300,29 @@ func (r *report) markdown() string {
 		}
 	}
 
-	w("\n## 3. One hot key\n\n")
-	w("N contenders, each with its own go-redis client and library client (as N processes would have), take one key, hold it "+
-		"~100 µs (spinning), release it, and then wait until another contender has taken it before they ask again (at most %s): "+
-		"in a tight loop the releaser of a polling lock takes its own lock back one round trip later while the others sleep, "+
-		"which would pass for a fast handoff that no waiter got. Each configuration runs until %d handoffs or %s.\n\n"+
-		"A *handoff* is the time from the moment Release returns to the moment the next holder's acquire returns (0 when it "+
-		"returned first), counted only when that holder was already waiting: its acquire call began before the release began. "+
-		"With a 100 µs hold a contender that was just passed the turn often asks only after the release, finds the lock free and "+
-		"takes it in one round trip whatever the library; those are counted apart (\"free\") and left out of the latencies, "+
-		"which measure how each library wakes a waiter. *Mean* is the time the lock sat free per handoff while a waiter wanted it. "+
-		"*Changes/s* counts every change of holder. Commands per change of holder: sent by all contenders "+
-		"(client hook) and executed by the server (commands inside scripts included); server CPU per change from INFO cpu.\n\n",
-		maxPass, r.plan.hotWant, r.plan.hotLimit)
-	w("| contenders | | changes/s | handoff p50 | mean | p99 | handoffs · free | client commands | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, h := range r.hot {
-		w("| %d | %s | %s | %s | %s | %s | %d · %d | %s | %s | %s |\n", h.contenders, h.name, thousands(h.perSec()), us(h.p50), us(h.mean), us(h.p99),
-			h.handoffs, h.free, num(h.clientCmds), num(h.serverCmds), us(h.serverCPU))
+	if len(r.hot) > 0 {
+		w("\n## 3. One hot key\n\n")
+		w("N contenders, each with its own go-redis client and library client (as N processes would have), take one key, hold it "+
+			"~100 µs (spinning), release it, and then wait until another contender has taken it before they ask again (at most %s): "+
+			"in a tight loop the releaser of a polling lock takes its own lock back one round trip later while the others sleep, "+
+			"which would pass for a fast handoff that no waiter got. Each configuration runs until %d handoffs or %s.\n\n"+
+			"A *handoff* is the time from the moment Release returns to the moment the next holder's acquire returns (0 when it "+
+			"returned first), counted only when that holder was already waiting: its acquire call began before the release began. "+
+			"With a 100 µs hold a contender that was just passed the turn often asks only after the release, finds the lock free and "+
+			"takes it in one round trip whatever the library; those are counted apart (\"free\") and left out of the latencies, "+
+			"which measure how each library wakes a waiter. *Mean* is the time the lock sat free per handoff while a waiter wanted it. "+
+			"*Changes/s* counts every change of holder. Commands per change of holder: sent by all contenders "+
+			"(client hook) and executed by the server (commands inside scripts included); server CPU per change from INFO cpu.\n\n",
+			maxPass, r.plan.hotWant, r.plan.hotLimit)
+		w("| contenders | | changes/s | handoff p50 | mean | p99 | handoffs · free | client commands | server commands | server CPU |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, h := range r.hot {
+			w("| %d | %s | %s | %s | %s | %s | %d · %d | %s | %s | %s |\n", h.contenders, h.name, thousands(h.perSec()), us(h.p50), us(h.mean), us(h.p99),
+				h.handoffs, h.free, num(h.clientCmds), num(h.serverCmds), us(h.serverCPU))
+		}
+		w("\nredlease's waiting has a price on the server: a busy acquire queues the caller (ZADD, HSET, PEXPIRE in the script) " +
+			"and a release looks up the first live waiter and publishes to it, so one handoff runs more server commands than a " +
+			"SET NX. Polling libraries pay per retry instead, every contender every retry interval, whether the lock is free or not.\n\n")
 	}
-	w("\nredlease's waiting has a price on the server: a busy acquire queues the caller (ZADD, HSET, PEXPIRE in the script) " +
-		"and a release looks up the first live waiter and publishes to it, so one handoff runs more server commands than a " +
-		"SET NX. Polling libraries pay per retry instead, every contender every retry interval, whether the lock is free or not.\n\n")
 
 	if len(r.scale) > 0 {
 		w("## 4. Holding many leases\n\n")
@@ -348,10 +355,32 @@ func (r *report) markdown() string {
 		}
 		w("\n")
 	}
-	w("## Reproduce\n\n```sh\nbench/run.sh            # about %s on this machine; writes docs/BENCHMARKS.md\nbench/run.sh -quick     # a smoke run\nbench/run.sh -pin -parts pairs -out -   # the uncontended pairs, the client and redis-server on a core each (Linux)\n```\n\n", r.duration.Round(10*time.Second))
+	w("## Reproduce\n\n```sh\n")
+	if len(r.args) == 0 {
+		w("bench/run.sh            # this report: about %s on this machine; writes docs/BENCHMARKS.md\n", r.duration.Round(10*time.Second))
+	} else {
+		w("bench/run.sh            # the whole run; writes docs/BENCHMARKS.md\n")
+		w("bench/run.sh %s   # this report: about %s on this machine\n", shellWords(r.args), r.duration.Round(10*time.Second))
+	}
+	w("bench/run.sh -quick     # a smoke run\n")
+	w("bench/run.sh -pin -parts pairs -out -   # the uncontended pairs, the client and redis-server on a core each (Linux)\n```\n\n")
 	w("Core micro-benchmarks (no peers needed): `go test -run '^$' -bench 'AcquireRelease|RenewBatch|Handoff' -benchmem`.\n")
 	return b.String()
 }
+
+// shellWords writes args as words a POSIX shell reads back as args.
+func shellWords(args []string) string {
+	words := make([]string, len(args))
+	for i, a := range args {
+		words[i] = a
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool { return !strings.ContainsRune(shellSafe, r) }) {
+			words[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(words, " ")
+}
+
+const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./,=:@%+"
 
 func signed(d time.Duration) string {
 	if d < 0 {
