@@ -4,7 +4,10 @@
 # (Debian: apt-get install -y redis-server). Flags are passed on, e.g.
 # -quick for a smoke run, -out - to print the report instead, -parts and
 # -rows to run some parts, or some rows of the pairs, parallel and hot parts
-# (parts: pairs, parallel, share, hot, scale), -cpuprofile FILE to profile.
+# (parts: pairs, parallel, share, hot, scale), -pin to run the client and
+# redis-server on a core each, -cpuprofile FILE to profile. A relative path
+# is read from the directory this script was called from.
 set -euo pipefail
-cd "$(dirname "$0")"
-exec go run . "$@"
+bin="${TMPDIR:-/tmp}/redlease-bench"
+(cd "$(dirname "$0")" && go build -o "$bin" .)
+exec "$bin" "$@"
