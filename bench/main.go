@@ -41,7 +41,7 @@ func main() {
 		quick   = flag.Bool("quick", false, "a short run to check that everything works; its numbers mean little")
 		maxHeld = flag.Int("max-leases", 100_000, "largest number of leases held at once")
 		parts   = flag.String("parts", "pairs,parallel,share,hot,scale", "which parts to run (comma-separated; also share: the server's CPU per pair, pipelined)")
-		rows    = flag.String("rows", "", "pairs, parallel and hot parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm\" (default all)")
+		rows    = flag.String("rows", "", "pairs, parallel and hot parts: run only the rows whose names contain one of these comma-separated strings, each the exact name of a row or a part of the names of several, e.g. \"SET NX,by hand,redlease,bsm/redislock, defaults\" (a comma followed by a space is a name's; default all)")
 		cpuProf = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for a run of a few rows)")
 		sampler = flag.String("sample-pttl", "", "internal: be the scale part's PTTL sampler for the redis-server at this address")
 		pinRun  = flag.Bool("pin", false, "Linux: run this process on one CPU (GOMAXPROCS 1) and redis-server on another, so that a pair's time does not depend on where the scheduler puts the two: the quieter measure of the uncontended pair; the parallel parts measure a 1-core client then")
@@ -257,12 +257,34 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 // name if there is one, else every row whose name contains it (all rows if
 // rows is empty). A same-run look at a few rows, in less time than the whole
 // part.
+// splitRows splits the -rows list at its commas, except at a comma
+// followed by a space, which belongs to a row's name ("bsm/redislock,
+// defaults").
+func splitRows(rows string) []string {
+	var out []string
+	for {
+		i := 0
+		for {
+			j := strings.IndexByte(rows[i:], ',')
+			if j < 0 {
+				return append(out, rows)
+			}
+			i += j
+			if !strings.HasPrefix(rows[i:], ", ") {
+				break
+			}
+			i++
+		}
+		out, rows = append(out, rows[:i]), rows[i+1:]
+	}
+}
+
 func chooseRows(impls []impl, rows string) ([]impl, error) {
 	if rows == "" {
 		return impls, nil
 	}
 	keep := make([]bool, len(impls))
-	for _, s := range strings.Split(rows, ",") {
+	for _, s := range splitRows(rows) {
 		exact := slices.IndexFunc(impls, func(im impl) bool { return im.name == s })
 		for i, im := range impls {
 			keep[i] = keep[i] || i == exact || exact < 0 && s != "" && strings.Contains(im.name, s)

@@ -11,7 +11,8 @@ import (
 )
 
 func TestChooseRows(t *testing.T) {
-	impls := []impl{{name: nameRaw}, {name: nameSetNX}, {name: nameFenced}, {name: nameRL}, {name: nameRLAlone}, {name: nameBSM}}
+	impls := []impl{{name: nameRaw}, {name: nameSetNX}, {name: nameFenced}, {name: nameRL}, {name: nameRLAlone}, {name: nameBSM},
+		{name: nameBSMFast}, {name: nameRS}}
 	names := func(rows string) []string {
 		t.Helper()
 		kept, err := chooseRows(slices.Clone(impls), rows)
@@ -25,11 +26,12 @@ func TestChooseRows(t *testing.T) {
 		return out
 	}
 	for rows, want := range map[string][]string{
-		"":                  {nameRaw, nameSetNX, nameFenced, nameRL, nameRLAlone, nameBSM},
-		"SET NX":            {nameSetNX, nameFenced},         // a part of two names
-		"redlease":          {nameRL},                        // an exact name, not every name that contains it
-		"bsm,by hand":       {nameRaw, nameBSM},              // in the part's order, not the list's
-		"SET NX,,redlease,": {nameSetNX, nameFenced, nameRL}, // empty strings pick nothing
+		"":                    {nameRaw, nameSetNX, nameFenced, nameRL, nameRLAlone, nameBSM, nameBSMFast, nameRS},
+		"SET NX":              {nameSetNX, nameFenced},         // a part of two names
+		"redlease":            {nameRL},                        // an exact name, not every name that contains it
+		"bsm,by hand":         {nameRaw, nameBSM, nameBSMFast}, // in the part's order, not the list's
+		"SET NX,,redlease,":   {nameSetNX, nameFenced, nameRL}, // empty strings pick nothing
+		nameBSM + ",redlease": {nameRL, nameBSM},               // a comma and a space are the name's: not "bsm/redislock" and " defaults"
 	} {
 		if got := names(rows); !slices.Equal(got, want) {
 			t.Errorf("chooseRows(%q) = %q, want %q", rows, got, want)
