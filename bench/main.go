@@ -47,14 +47,15 @@ func main() {
 		pinRun  = flag.Bool("pin", false, "Linux: run this process on one CPU (GOMAXPROCS 1) and redis-server on another, so that a pair's time does not depend on where the scheduler puts the two: the quieter measure of the uncontended pair; the parallel parts measure a 1-core client then")
 	)
 	flag.Parse()
-	if err := readPinned(); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
-	if *pinRun && !pinned.on {
-		err := pin() // returns only if it failed
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+	if *pinRun {
+		err := readPinned()
+		if err == nil && !pinned.on {
+			err = pin() // returns only if it failed
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
 	}
 	if *sampler != "" {
 		if err := samplePTTL(*sampler); err != nil {
@@ -257,28 +258,6 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 // name if there is one, else every row whose name contains it (all rows if
 // rows is empty). A same-run look at a few rows, in less time than the whole
 // part.
-// splitRows splits the -rows list at its commas, except at a comma
-// followed by a space, which belongs to a row's name ("bsm/redislock,
-// defaults").
-func splitRows(rows string) []string {
-	var out []string
-	for {
-		i := 0
-		for {
-			j := strings.IndexByte(rows[i:], ',')
-			if j < 0 {
-				return append(out, rows)
-			}
-			i += j
-			if !strings.HasPrefix(rows[i:], ", ") {
-				break
-			}
-			i++
-		}
-		out, rows = append(out, rows[:i]), rows[i+1:]
-	}
-}
-
 func chooseRows(impls []impl, rows string) ([]impl, error) {
 	if rows == "" {
 		return impls, nil
@@ -300,4 +279,26 @@ func chooseRows(impls []impl, rows string) ([]impl, error) {
 		return nil, fmt.Errorf("-rows %q matches no row of the part", rows)
 	}
 	return kept, nil
+}
+
+// splitRows splits the -rows list at its commas, except at a comma
+// followed by a space, which belongs to a row's name ("bsm/redislock,
+// defaults").
+func splitRows(rows string) []string {
+	var out []string
+	for {
+		i := 0
+		for {
+			j := strings.IndexByte(rows[i:], ',')
+			if j < 0 {
+				return append(out, rows)
+			}
+			i += j
+			if !strings.HasPrefix(rows[i:], ", ") {
+				break
+			}
+			i++
+		}
+		out, rows = append(out, rows[:i]), rows[i+1:]
+	}
 }

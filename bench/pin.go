@@ -20,7 +20,8 @@ type pinning struct {
 // pinned is this run's pinning, from pinnedEnv.
 var pinned pinning
 
-// readPinned sets pinned from the environment pin set, if it did.
+// readPinned sets pinned from the environment pin set, if it did, once
+// checkPinned confirms that this process runs where it says.
 func readPinned() error {
 	v, ok := os.LookupEnv(pinnedEnv)
 	if !ok {
@@ -31,6 +32,9 @@ func readPinned() error {
 	server, err2 := strconv.Atoi(s)
 	if !found || err1 != nil || err2 != nil {
 		return fmt.Errorf("%s=%q: want two CPU numbers, \"client,server\"", pinnedEnv, v)
+	}
+	if err := checkPinned(client); err != nil {
+		return err
 	}
 	pinned = pinning{on: true, client: client, server: server}
 	return nil

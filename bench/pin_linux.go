@@ -18,10 +18,10 @@ import (
 //
 // Unpinned, on a small machine, an uncontended pair's time depends on where
 // the scheduler puts the client and the server: on the same core a pair
-// took about 40 µs here, on two cores 110–150 µs (a wake-up crosses cores),
+// took about 40 µs here, on two cores 110–190 µs (a wake-up crosses cores),
 // and a round of 2,000 pairs could land in either, so the rounds of one row
-// ranged over 4× and the medians of two rows crossed from run to run. With
-// each on a core of its own every round pays the same crossing.
+// ranged over up to 5× and the medians of two rows crossed from run to run.
+// With each on a core of its own every round pays the same crossing.
 //
 // The affinity of the thread that calls execve is kept by the new process,
 // whose Go runtime then runs with GOMAXPROCS 1.
@@ -47,6 +47,18 @@ func pin() error {
 	env := append(os.Environ(), fmt.Sprintf("%s=%d,%d", pinnedEnv, client, server))
 	err = syscall.Exec(exe, os.Args, env)
 	return fmt.Errorf("-pin: run %s again: %w", exe, err)
+}
+
+// checkPinned reports an error unless this process may run on cpu alone.
+func checkPinned(cpu int) error {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return fmt.Errorf("-pin: %w", err)
+	}
+	if set.Count() != 1 || !set.IsSet(cpu) {
+		return fmt.Errorf("-pin: %s says CPU %d, but this process may run on %d CPUs", pinnedEnv, cpu, set.Count())
+	}
+	return nil
 }
 
 // cpuSetSize is how many CPUs a unix.CPUSet can name (glibc's CPU_SETSIZE).

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -40,11 +42,32 @@ func TestTwoCPUs(t *testing.T) {
 
 func TestReadPinned(t *testing.T) {
 	defer func(p pinning) { pinned = p }(pinned)
-	t.Setenv(pinnedEnv, "2,5")
-	if err := readPinned(); err != nil || pinned != (pinning{on: true, client: 2, server: 5}) {
-		t.Errorf("readPinned with %s=2,5: %+v, %v", pinnedEnv, pinned, err)
+	// The affinity is the calling thread's: keep this goroutine on one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
 	}
-	for _, bad := range []string{"", "2", "2,x", "a,5"} {
+	defer unix.SchedSetaffinity(0, &all)
+	client, server, err := twoCPUs(&all)
+	if err != nil {
+		t.Skip(err)
+	}
+	env := fmt.Sprintf("%d,%d", client, server)
+	t.Setenv(pinnedEnv, env)
+	if err := readPinned(); err == nil || pinned.on {
+		t.Errorf("readPinned with %s=%s in a process that may run on %d CPUs: %v, %+v", pinnedEnv, env, all.Count(), err, pinned)
+	}
+	var one unix.CPUSet
+	one.Set(client)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	if err := readPinned(); err != nil || pinned != (pinning{on: true, client: client, server: server}) {
+		t.Errorf("readPinned with %s=%s on CPU %d alone: %+v, %v", pinnedEnv, env, client, pinned, err)
+	}
+	for _, bad := range []string{"", fmt.Sprint(client), fmt.Sprintf("%d,x", client), fmt.Sprintf("a,%d", server)} {
 		pinned = pinning{}
 		t.Setenv(pinnedEnv, bad)
 		if err := readPinned(); err == nil {

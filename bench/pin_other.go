@@ -7,3 +7,5 @@ import "errors"
 func pin() error { return errors.New("-pin: only on Linux") }
 
 func pinServer(int) error { return errors.New("-pin: only on Linux") }
+
+func checkPinned(int) error { return errors.New("-pin: only on Linux") }
