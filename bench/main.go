@@ -147,6 +147,7 @@ func run(out, bin string, quick bool, maxHeld int, parts []string, rows string) 
 	}
 	rlRueidis, rlValkey := redleaseRueidisImpl(nameRLRueidis), redleaseValkeyImpl(nameRLValkey)
 	hotImpls = append(hotImpls, rlRueidis, rueidislockImpl(nameRueidis), rlValkey, valkeylockImpl(nameValkeylock))
+	hotImpls = append(hotImpls, handoffImpl(nameHandoff))
 	rlNoRenew := redleaseImpl(nameRLNoRenew, false, redlease.WithAutoRenew(false))
 	rlAlone := redleaseImpl(nameRLAlone, false, redlease.WithCombinedRequests(false))
 	if slices.Contains(parts, "pairs") {

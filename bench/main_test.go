@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -133,5 +136,54 @@ func TestShellWords(t *testing.T) {
 	}
 	if back := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00"); !slices.Equal(back, args) {
 		t.Errorf("sh reads %q back as %q", got, back)
+	}
+}
+
+// runBench builds the bench and runs it with args; it returns its standard
+// output. It skips without redis-server, unless REDLEASE_REQUIRE_SERVERS is
+// set.
+func runBench(t *testing.T, args ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the bench")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("REDLEASE_REQUIRE_SERVERS") != "" {
+			t.Fatal("redis-server not found")
+		}
+		t.Skip("redis-server not found")
+	}
+	bin := filepath.Join(t.TempDir(), "bench")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		t.Fatalf("bench %s: %v\n%s", shellWords(args), err, out)
+	}
+	return string(out)
+}
+
+// The direct handoff's floor hands the hot key over, at every number of
+// contenders, and the report explains the row.
+func TestHandoffFloor(t *testing.T) {
+	report := runBench(t, "-quick", "-parts", "hot", "-rows", nameHandoff, "-out", "-")
+	for _, n := range []int{2, 8, 32} {
+		var handoffs, free int
+		prefix := fmt.Sprintf("| %d | %s | ", n, nameHandoff)
+		i := strings.Index(report, prefix)
+		if i < 0 {
+			t.Fatalf("no row %q in the report:\n%s", prefix, report)
+		}
+		cells := strings.Split(report[i:strings.Index(report[i:], "\n")+i], " | ")
+		if len(cells) < 7 {
+			t.Fatalf("row %q: %q", prefix, cells)
+		}
+		if _, err := fmt.Sscanf(cells[6], "%d · %d", &handoffs, &free); err != nil || handoffs == 0 {
+			t.Errorf("%d contenders: handoffs · free %q (%v): no handoff to a waiter", n, cells[6], err)
+		}
+	}
+	if !strings.Contains(report, "is the floor of a protocol that none of the libraries has") {
+		t.Errorf("the report does not explain the row:\n%s", report)
 	}
 }

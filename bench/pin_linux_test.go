@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -79,29 +76,11 @@ func TestReadPinned(t *testing.T) {
 // A -pin run runs on one CPU and says so in its report; redis-server's
 // threads are pinned too, or the run fails.
 func TestPinRunsPinned(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the bench")
-	}
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil || set.Count() < 2 {
 		t.Skipf("needs two CPUs (%d, %v)", set.Count(), err)
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("REDLEASE_REQUIRE_SERVERS") != "" {
-			t.Fatal("redis-server not found")
-		}
-		t.Skip("redis-server not found")
-	}
-	bin := filepath.Join(t.TempDir(), "bench")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "-pin", "-quick", "-parts", "pairs", "-rows", nameBSM, "-out", "-")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("bench -pin: %v\n%s", err, out)
-	}
-	report := string(out)
+	report := runBench(t, "-pin", "-quick", "-parts", "pairs", "-rows", nameBSM, "-out", "-")
 	for _, want := range []string{"(GOMAXPROCS 1)", "| pinned (`-pin`) | this process on CPU ", "This run is pinned",
 		"bench/run.sh -pin -quick -parts pairs -rows '" + nameBSM + "' -out -   # this report"} {
 		if !strings.Contains(report, want) {

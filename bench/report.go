@@ -131,6 +131,7 @@ const (
 	nameSpawned          = "go-redis, the fenced scripts, the acquire sent on a goroutine of its own"
 	nameRueidis          = "rueidislock (rueidis), one key"
 	nameValkeylock       = "valkeylock (valkey-go), one key"
+	nameHandoff          = "go-redis, a direct handoff (a floor)"
 )
 
 func (r *report) markdown() string {
@@ -322,6 +323,12 @@ func (r *report) markdown() string {
 		w("\nredlease's waiting has a price on the server: a busy acquire queues the caller (ZADD, HSET, PEXPIRE in the script) " +
 			"and a release looks up the first live waiter and publishes to it, so one handoff runs more server commands than a " +
 			"SET NX. Polling libraries pay per retry instead, every contender every retry interval, whether the lock is free or not.\n\n")
+		if r.hotOf(nameHandoff, 2) != nil {
+			w("\"" + nameHandoff + "\" is the floor of a protocol that none of the libraries has: a release that finds a waiter " +
+				"gives it the key in the same script (a new fence and TTL) and publishes to the waiter's own channel, so the waiter " +
+				"holds the lock when the message arrives, without the round trip in which the others' woken waiters take the key. " +
+				"It keeps nothing else (no liveness of waiters, no timeouts, no retried-release verdict).\n\n")
+		}
 	}
 
 	if len(r.scale) > 0 {
