@@ -42,11 +42,13 @@ func (c *Client) TryAcquire(ctx context.Context, resource string, opts ...LeaseO
 // until it is acquired, ctx ends, or the wait limit (WithMaxWait) passes.
 //
 // A waiter does not poll. It queues itself in Redis and sleeps until the
-// holder's Release wakes it (release wakes one waiter, the first in the
-// queue, not all of them), until the holder's lease would expire, or until a
-// backoff timer with full jitter (25 ms growing to 1 s) fires, which bounds
-// the cost of a lost wake-up. Without WithFair, a free lease goes to whoever
-// asks first, queued or not; with it, to the waiters in arrival order.
+// holder's Release hands it the lease (release hands it to one waiter, the
+// first in the queue, with a new fence, and tells that one only), until the
+// holder's lease would expire, or until a backoff timer with full jitter
+// (25 ms growing to 1 s) fires, which bounds the cost of a lost message. A
+// handed lease's local deadline counts from the waiter's last attempt before
+// the release. Without WithFair, a free lease goes to whoever asks first,
+// queued or not; with it, to the waiters in arrival order.
 //
 // A wait rides out a Redis outage, retrying with backoff; the observers
 // (and WithLogger, at Warn) hear once that Redis cannot be reached
@@ -137,6 +139,11 @@ type acquisition struct {
 	permits   int              // kindPermit: how many the semaphore has
 	permit    int              // kindPermit: the one the attempt got
 	sk        *wire.SharedKeys // a shared lease's keys
+	// A wait that asks for a direct handoff (see waitState.claim): when its
+	// stamps count from (zero: it asks for none), and the stamp of the
+	// attempt being sent, in µs since then.
+	base  time.Time
+	stamp string
 
 	// The storage of an acquisition of one resource, the common case, so
 	// that the acquisition is one allocation.

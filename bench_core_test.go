@@ -97,7 +97,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			k := wire.KeysOf(DefaultPrefix, "bench")
 			owner, member, ttl := "owner", "owner/c", c.defaults.ttlArg
 			return func(ctx context.Context) error {
-				if err := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, false, false, false, "")).Err; err != nil {
+				if err := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, false, false, false, "", "")).Err; err != nil {
 					return err
 				}
 				return c.conn.Run(ctx, wire.Release(&k, owner, "", false)).Err
@@ -185,7 +185,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 				for pb.Next() {
 					if name == "scripts" {
 						// A fence (> 0) for the lease taken, 1 for the lease deleted.
-						acq := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, true, false, false, holder))
+						acq := c.conn.Run(ctx, wire.Acquire(&k, owner, member, ttl, true, false, false, holder, ""))
 						rel := c.conn.Run(ctx, wire.Release(&k, owner, "", false))
 						fence, _ := acq.Value.(int64)
 						if err := errors.Join(acq.Err, rel.Err); err != nil || fence <= 0 || rel.Value != int64(1) {

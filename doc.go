@@ -46,9 +46,9 @@
 // # Waiting, shared leases, elections
 //
 // Acquire waits without polling: the waiter queues in Redis, and the
-// holder's release wakes the first live waiter through its Client's wake
-// channel, one message to one process; timers with jitter cover lost
-// wake-ups and expiries. Acquire keeps its context's deadline even when
+// holder's release hands the lease to the first live waiter, with a new
+// fence, and tells it through its Client's wake channel, one message to one
+// process; timers with jitter cover lost messages and expiries. Acquire keeps its context's deadline even when
 // Redis is silent, and rides out an outage (EventOutage, EventRecovered).
 // AcquireAll takes several leases, all or none. AcquireSemaphore gives up to
 // N holders a numbered permit each, fenced per permit (fencing.Key);

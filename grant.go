@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 // Model: model/redlease.pml, macro ATTEMPT (the send) and proctype Client, label acquiring (the reply).
 func (a *acquisition) attempt(ctx context.Context) ([]*Lease, error) {
 	sent := a.c.clk.Now() // the leases' deadlines count from here (S3)
+	if !a.base.IsZero() {
+		a.stamp = strconv.FormatInt(sent.Sub(a.base).Microseconds(), 10)
+	}
 	r, acked := a.send(ctx)
 	if r.Err == nil || a.classify(r.Err) != driver.NotSent { // the script ran, or may have
 		a.sent = true
@@ -58,7 +62,7 @@ func (a *acquisition) call() wire.Call {
 		return wire.Campaign(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.leaseTail(), a.c.conn.Sharded())
 	}
 	if len(a.resources) == 1 {
-		return wire.Acquire(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.leaseTail())
+		return wire.Acquire(&a.names[0], a.owner, a.member, a.cfg.ttlArg, a.wait, a.cfg.fair, a.sent, a.cfg.leaseTail(), a.stamp)
 	}
 	return wire.AcquireAll(a.names, a.owner, a.member, a.cfg.ttlArg, a.wait, a.sent, a.cfg.leaseTail())
 }

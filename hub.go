@@ -18,12 +18,14 @@ import (
 //
 // A waiter queues itself in Redis (see internal/wire/lua/queue.lua) and sleeps (waiter.go). Release wakes
 // the first live waiter only, by publishing its owner token on the wake
-// channel of the waiter's Client for that resource, <prefix>{R}:wake:<id>.
+// channel of the waiter's Client for that resource, <prefix>{R}:wake:<id>,
+// with the fence of the lease it handed that waiter, if it did (see
+// acquisition.claim).
 // The hub subscribes each channel once for all the Client's waiters on it
 // (the driver shares connections among channels: a shard channel on Redis
 // Cluster) and hands each message to the one waiter it names. So a release
-// costs one message, delivered to one process, and one acquire attempt,
-// however many wait.
+// costs one message, delivered to one process, and, unless it handed the
+// lease over, one acquire attempt, however many wait.
 //
 // Expiry publishes nothing, and messages can be lost (a reconnecting
 // subscription, a waiter that died at the head of the queue); so each waiter
@@ -100,7 +102,14 @@ type wakeChannel struct {
 	// wake-up may arrive just before it joins.
 	missed [8]string
 	next   int
+	// handed holds, per waiter, the lease that a release handed it over
+	// (see acquisition.claim), until the waiter takes it or leaves.
+	handed map[string]handoff
 }
+
+// handoff is a lease that a release handed a waiter over: its fence, and
+// the stamp of the waiter's attempt that asked for it (wire.ParseWake).
+type handoff struct{ fence, stamp int64 }
 
 func newHub(conn *wire.Conn, clk clock.Clock) *hub {
 	return &hub{conn: conn, clk: clk, id: uuid.NewString()[:8], chans: map[string]*wakeChannel{},
@@ -176,15 +185,15 @@ func isClosed(c <-chan struct{}) bool {
 
 // deliver hands a message of channel to the waiter it names, or to a break
 // channel's handler (outside h.mu).
-func (h *hub) deliver(channel, owner string) {
-	if f := h.deliverLocked(channel, owner); f != nil {
-		f(owner)
+func (h *hub) deliver(channel, msg string) {
+	if f := h.deliverLocked(channel, msg); f != nil {
+		f(msg)
 	}
 }
 
 // deliverLocked is deliver under h.mu, up to a break channel's handler,
 // which it returns.
-func (h *hub) deliverLocked(channel, owner string) func(string) {
+func (h *hub) deliverLocked(channel, msg string) func(string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.chans[channel]
@@ -193,20 +202,33 @@ func (h *hub) deliverLocked(channel, owner string) func(string) {
 		return nil
 	case ch.onMessage != nil:
 		return ch.onMessage
-	case owner == "*": // a writer's release: every waiting reader may go
+	case msg == "*": // a writer's release: every waiting reader may go
 		for _, wake := range ch.waiters {
 			signal(wake)
 		}
 		return nil
 	}
+	owner, fence, stamp, handed := wire.ParseWake(msg)
 	wake := ch.waiters[owner]
 	if wake == nil { // another Client's waiter, or ours about to join
-		ch.missed[ch.next] = owner
+		ch.missed[ch.next] = msg
 		ch.next = (ch.next + 1) % len(ch.missed)
 		return nil
 	}
+	if handed {
+		ch.handOverLocked(owner, handoff{fence, stamp})
+	}
 	signal(wake)
 	return nil
+}
+
+// handOverLocked records that a release handed owner, a waiter of ch, the
+// lease (see acquisition.claim).
+func (ch *wakeChannel) handOverLocked(owner string, ho handoff) {
+	if ch.handed == nil {
+		ch.handed = map[string]handoff{}
+	}
+	ch.handed[owner] = ho
 }
 
 func signal(c chan struct{}) {
@@ -230,8 +252,11 @@ func (h *hub) join(channel, owner string, wake chan struct{}) *waiter {
 	stopIdleLocked(ch)
 	ch.waiters[owner] = wake
 	for i, m := range ch.missed {
-		if m == owner {
+		if o, fence, stamp, handed := wire.ParseWake(m); o == owner {
 			ch.missed[i] = ""
+			if handed {
+				ch.handOverLocked(owner, handoff{fence, stamp})
+			}
 			signal(wake)
 		}
 	}

@@ -26,8 +26,11 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 		poll:  backoff{min: waitBackoffMin, max: waitBackoffMax}, // between wake-ups
 	}
 	defer w.leave()
+	if a.asksHandoff() {
+		a.base = a.c.clk.Now()
+	}
 	for {
-		ls, err := a.attempt(ctx)
+		ls, err := a.claim(ctx, w)
 		if err == nil || errors.Is(err, ErrClientClosed) {
 			a.answered(ctx, w)
 			return ls, err
@@ -49,6 +52,46 @@ func (a *acquisition) waitFor(ctx context.Context) ([]*Lease, error) {
 			return nil, a.giveUp(ctx, w.cause(serr), w.unknown)
 		}
 	}
+}
+
+// A direct handoff: a waiter for one exclusive lease asks, with each
+// attempt that may find the lease busy, that a release hand it the lease
+// over (acquire.lua, release.lua). The release then gives it the lease in
+// the same step as it deletes its own, with a new fence, and tells it so in
+// the wake-up; the waiter holds the lease without another round trip.
+//
+// The lease's TTL runs from the release, which the waiter cannot time; it
+// can time the send of its attempt that asked, which Redis ran before the
+// release. The wake-up carries that attempt's stamp, and the local
+// deadline counts from its send, as an attempt's reply's would (S3). A
+// handoff older than half the lease's lifetime, whose lease would have
+// little left, is confirmed by an attempt instead, which finds the lease
+// the owner's own and renews it; so is one whose wake-up was lost.
+
+// asksHandoff reports whether the acquire may be handed its lease over: a
+// wait for one exclusive lease, whose grant needs nothing more from Redis
+// (a fence source, replica acknowledgements) and no election's term.
+func (a *acquisition) asksHandoff() bool {
+	return a.kind == kindExclusive && len(a.resources) == 1 && !a.cfg.term && a.cfg.fences == nil && a.cfg.replicas == 0
+}
+
+// claim is one step of a wait: the lease a release handed over, if a
+// wake-up since the last step said so and the handoff is fresh, or else an
+// attempt.
+func (a *acquisition) claim(ctx context.Context, w *waitState) ([]*Lease, error) {
+	if a.base.IsZero() || len(w.waiters) != 1 {
+		return a.attempt(ctx)
+	}
+	ho, ok := w.waiters[0].handoff()
+	if !ok {
+		return a.attempt(ctx)
+	}
+	sent := a.base.Add(time.Duration(ho.stamp) * time.Microsecond)
+	if age := a.c.clk.Now().Sub(sent); age < 0 || age > a.cfg.lifetime()/2 {
+		return a.attempt(ctx)
+	}
+	a.fence[0] = ho.fence
+	return a.grant(ctx, sent, a.fence[:])
 }
 
 // waitState is what a wait keeps between its attempts.
@@ -180,7 +223,21 @@ func (w *waiter) leave() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(ch.waiters, w.owner)
+	delete(ch.handed, w.owner)
 	h.leftLocked(w.channel, ch)
+}
+
+// handoff returns, and forgets, the lease that a release handed the waiter
+// over, if a message said so since the last call.
+func (w *waiter) handoff() (handoff, bool) {
+	h, ch := w.h, w.ch
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ho, ok := ch.handed[w.owner]
+	if ok {
+		delete(ch.handed, w.owner)
+	}
+	return ho, ok
 }
 
 // subscribed reports whether Redis confirmed the subscription of the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,9 +204,12 @@ func testReleaseWakesWaiter(t *testing.T, e *env) {
 	// The waiter may have taken the lease on the attempt it makes once its
 	// subscription is confirmed (the release may have come first), before
 	// the wake-up reached it: on a loaded machine, a goroutine may run late.
-	// The wake-up must come through the subscription all the same.
+	// The wake-up must come through the subscription all the same: the
+	// waiter's owner, or, as the release handed it the lease, its owner and
+	// fence and the stamp of its attempt.
+	handed := w.l.Owner() + ":" + strconv.FormatInt(w.l.Fence(), 10) + ":"
 	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Contains(rec.delivered(), w.l.Owner()) {
+	for !slices.ContainsFunc(rec.delivered(), func(m string) bool { return m == w.l.Owner() || strings.HasPrefix(m, handed) }) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the subscription delivered %q, not the waiter's owner %q", rec.delivered(), w.l.Owner())
 		}

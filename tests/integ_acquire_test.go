@@ -469,6 +469,10 @@ func TestIntegrationAcquireKeepsItsDeadlineWhenSubscribeBlocksOrPanics(t *testin
 					require.ErrorIs(t, err, context.DeadlineExceeded)
 					require.Less(t, took, 300*time.Millisecond+time.Second, "the acquire returns near its deadline")
 				}
+				// The waiters leave the queue in the background (their
+				// deadline has passed): until then, the release would hand
+				// the lease to one of them, whose leaving hands it on.
+				servertest.WaitFor(t, 10*time.Second, func() bool { return len(e.queued("stuck")) == 0 })
 				require.NoError(t, held.Release(t.Context()))
 				l, err := c.TryAcquire(t.Context(), "stuck")
 				require.NoError(t, err, "the Client goes on")

@@ -223,6 +223,24 @@ func ParseLease(v string) (owner string, fence int64, holder string, ok bool) {
 	return owner, fence, holder, err == nil && fence > 0
 }
 
+// ParseWake reads a message on a waiter's wake channel (lua/queue.lua): the
+// owner token it wakes, and, if the release handed that owner the lease
+// (lua/release.lua), the fence it drew and the stamp of the owner's attempt
+// that asked for it. A message of another shape is no handoff.
+func ParseWake(msg string) (owner string, fence, stamp int64, handed bool) {
+	owner, rest, found := strings.Cut(msg, ":")
+	if !found {
+		return msg, 0, 0, false
+	}
+	digits, stampDigits, _ := strings.Cut(rest, ":")
+	fence, err := strconv.ParseInt(digits, 10, 64)
+	stamp, err2 := strconv.ParseInt(stampDigits, 10, 64)
+	if err != nil || err2 != nil || fence <= 0 || stamp < 0 {
+		return owner, 0, 0, false
+	}
+	return owner, fence, stamp, true
+}
+
 // ParseCounterReply reads counter.lua's reply {value} for counter.
 func ParseCounterReply(counter string, r driver.Reply) (int64, error) {
 	if r.Err != nil {

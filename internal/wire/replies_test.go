@@ -32,3 +32,26 @@ func TestParseLeaseReadsWhatTheScriptsWrite(t *testing.T) {
 		t.Errorf("LeaseTail with a delay = %q", got)
 	}
 }
+
+func TestParseWake(t *testing.T) {
+	for _, tc := range []struct {
+		msg          string
+		owner        string
+		fence, stamp int64
+		handed       bool
+	}{
+		{"o1", "o1", 0, 0, false},              // a wake-up
+		{"o1:17:25012", "o1", 17, 25012, true}, // a handoff
+		{"o1:17:0", "o1", 17, 0, true},         // from the wait's first attempt
+		{"o1:0:5", "o1", 0, 0, false},          // no fence
+		{"o1:17", "o1", 0, 0, false},           // no stamp
+		{"o1:17:-5", "o1", 0, 0, false},        // a stamp no waiter sent
+		{"o1:x:5", "o1", 0, 0, false},
+	} {
+		owner, fence, stamp, handed := ParseWake(tc.msg)
+		if owner != tc.owner || fence != tc.fence || stamp != tc.stamp || handed != tc.handed {
+			t.Errorf("ParseWake(%q) = %q, %d, %d, %v; want %q, %d, %d, %v", tc.msg, owner, fence, stamp, handed,
+				tc.owner, tc.fence, tc.stamp, tc.handed)
+		}
+	}
+}

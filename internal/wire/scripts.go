@@ -59,9 +59,15 @@ var (
 
 // Acquire is acquire.lua's call: ttl in ms; wait says the acquirer waits
 // (queues when the lease is busy), again that this is not the acquire
-// call's first attempt. An empty holder is not sent.
-func Acquire(k *Keys, owner, member, ttl string, wait, fair, again bool, holder string) Call {
+// call's first attempt. An empty holder is not sent. A waiter that asks for
+// a direct handoff sends its stamp (see acquire.lua): its clock's reading
+// when it sent this call, in digits, which a release that hands it the
+// lease sends back (ParseHandoff); "" asks for none.
+func Acquire(k *Keys, owner, member, ttl string, wait, fair, again bool, holder, stamp string) Call {
 	mode := acquireModes[bit(wait)<<2|bit(fair)<<1|bit(again)]
+	if wait && stamp != "" {
+		mode += "h" + stamp
+	}
 	if holder == "" {
 		return newCall(acquireScript, 4, k.Lease, k.Fence, k.Queue, k.Alive, owner, ttl, mode, member)
 	}
@@ -210,11 +216,11 @@ var (
 func Release(k *Keys, owner, member string, sharded bool) Call {
 	switch {
 	case sharded:
-		return newCall(releaseScript, 4, k.Lease, k.Queue, k.Alive, k.Released, owner, member, "1")
+		return newCall(releaseScript, 5, k.Lease, k.Queue, k.Alive, k.Released, k.Fence, owner, member, "1")
 	case member != "":
-		return newCall(releaseScript, 4, k.Lease, k.Queue, k.Alive, k.Released, owner, member)
+		return newCall(releaseScript, 5, k.Lease, k.Queue, k.Alive, k.Released, k.Fence, owner, member)
 	}
-	return newCall(releaseScript, 4, k.Lease, k.Queue, k.Alive, k.Released, owner)
+	return newCall(releaseScript, 5, k.Lease, k.Queue, k.Alive, k.Released, k.Fence, owner)
 }
 
 var (

@@ -99,8 +99,8 @@ func TestBuildersMatchTheScriptHeaders(t *testing.T) {
 		calls  []Call // the first sends every argument
 	}{
 		{"acquire.lua", []Call{Campaign(&k, "o", "o/c", "1000", true, true, true, "h", true),
-			Acquire(&k, "o", "o/c", "1000", true, true, true, "h"),
-			Acquire(&k, "o", "o/c", "1000", false, false, false, "")}},
+			Acquire(&k, "o", "o/c", "1000", true, true, true, "h", "25012"),
+			Acquire(&k, "o", "o/c", "1000", false, false, false, "", "")}},
 		{"acquire_all.lua", []Call{AcquireAll(two, "o", "o/c", "1000", true, true, "h")}},
 		{"confirm.lua", []Call{Confirm(&k, "o", 7, "1000")}},
 		{"refresh.lua", []Call{RefreshTerm(&k, "o", "1000"), Refresh(k.Lease, "o", "1000")}},

@@ -16,8 +16,10 @@
 --          the letter 'f' for a fair acquire (a free lease goes to the first
 --          live waiter) and 'a' if this is not the acquire call's first
 --          attempt (the owner may hold the lease already, after a lost reply,
---          or be queued): '3000', 'fa3000', 'a0'. One word for three,
---          because every word of a call costs the server time to parse.
+--          or be queued), then, for a waiter that asks for a direct
+--          handoff, 'h' and its stamp (below): '3000', 'fa3000', 'a0',
+--          'a3000h25012'. One word for four, because every word of a call
+--          costs the server time to parse.
 -- ARGV[4]  the owner's queue member, '<owner>/<client id>' (see queue.lua)
 -- ARGV[5]  the lease value's tail: the holder's description, then, for a
 --          lease with a lock delay (WithLockDelay), a NUL byte and the delay
@@ -50,6 +52,16 @@
 -- Any other campaign finds the name busy for as long as the handover lasts,
 -- and, if it found the lease free (a release woke it), wakes the preferred
 -- campaigner in its place, if that one is waiting.
+--
+-- A waiter that asks for a direct handoff (mode 'h<stamp>': Acquire of one
+-- exclusive lease) and finds the lease busy also leaves, in the alive hash
+-- under '>' .. member, its TTL, its stamp, the server time in ms and its
+-- value's tail: '<ttl> <stamp> <ms>[:<tail>]'. The stamp is the waiter's
+-- own reading of its clock when it sent this attempt, which the waiter gets
+-- back; each busy attempt replaces it. A release that frees the lease gives
+-- it to the first live waiter that asked recently (release.lua), and a
+-- stamp it finds is that of an attempt that ran before the release: a local
+-- deadline counted from it ends before the handed lease's TTL does.
 --
 -- A waiter that finds the lease busy marks it as waited for: a NUL byte at
 -- the end of its value, which the release script reads instead of looking
@@ -121,9 +133,14 @@ local function take(waited)
 end
 
 local function busy(pttl)
-  local timeout = tonumber(string.match(mode, '%d+$'))
+  local timeout = tonumber(string.match(mode, '^%a*(%d+)'))
   if timeout > 0 then
     enqueue(KEYS[3], KEYS[4], member, timeout)
+    local stamp = string.match(mode, 'h(%d+)$')
+    if stamp then -- ask the release to hand the lease over (release.lua)
+      redis.call('HSET', KEYS[4], '>' .. member,
+        ARGV[2] .. ' ' .. stamp .. ' ' .. now_ms() .. (holder and ':' .. holder or ''))
+    end
     queued = true
     if preferred then -- so that another campaign can wake it
       redis.call('HSET', handover, 'member', member)
@@ -158,7 +175,7 @@ if fair and not preferred then
   end
 end
 if queued and redis.call('ZREM', KEYS[3], member) == 1 then
-  redis.call('HDEL', KEYS[4], member)
+  redis.call('HDEL', KEYS[4], member, '>' .. member)
 end
 -- A waiter that takes the lease marks it if others still wait: they sleep,
 -- and its release must wake the next.

@@ -13,7 +13,9 @@
 --                                     random member)
 --   <prefix>{<resource>}:alive  HASH  member -> deadline, server ms; a
 --                                     waiter that stops refreshing it is
---                                     dropped
+--                                     dropped; and '>' .. member -> a
+--                                     waiter's request for a direct
+--                                     handoff (see acquire.lua)
 -- A member is '<owner token>/<client id>': the client id names the wake
 -- channel of the waiter's client, so a wake-up reaches one process only.
 -- Both keys expire when no waiter has refreshed them for a waiter timeout,
@@ -45,7 +47,7 @@ local function first(queue, alive)
       return head
     end
     redis.call('ZREM', queue, head)
-    redis.call('HDEL', alive, head)
+    redis.call('HDEL', alive, head, '>' .. head)
   end
 end
 
@@ -59,11 +61,20 @@ local function enqueue(queue, alive, owner, timeout)
   redis.call('PEXPIRE', alive, timeout)
 end
 
+-- publish sends message on channel: a shard channel of the resource's slot
+-- on Redis Cluster (sharded is '1'), where SPUBLISH needs Redis 7 and an
+-- older cluster gets no wake-up (waiters then retry on their timers).
+local function publish(channel, message, sharded)
+  if sharded == '1' then
+    redis.pcall('SPUBLISH', channel, message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
+
 -- wake_member tells the waiter whose queue member is member that the
 -- lease is free: its owner token on <channel>:<client id>, the channel of
--- its client only. sharded is '1' on Redis Cluster, where the channel is a
--- shard channel of the resource's slot; SPUBLISH needs Redis 7, and an
--- older cluster gets no wake-up (waiters then retry on their timers).
+-- its client only (publish).
 local function wake_member(member, channel, sharded)
   local owner, client = string.match(member, '^(.*)/([^/]*)$')
   if owner then
@@ -71,11 +82,7 @@ local function wake_member(member, channel, sharded)
   else
     owner = member
   end
-  if sharded == '1' then
-    redis.pcall('SPUBLISH', channel, owner)
-  else
-    redis.call('PUBLISH', channel, owner)
-  end
+  publish(channel, owner, sharded)
 end
 
 -- wake tells the first live waiter that the lease is free (wake_member).
@@ -97,11 +104,7 @@ local function wake_readers(readq, channel, sharded)
     local client = string.match(m, '/([^/]*)$')
     if client and not sent[client] then
       sent[client] = true
-      if sharded == '1' then
-        redis.pcall('SPUBLISH', channel .. ':' .. client, '*')
-      else
-        redis.call('PUBLISH', channel .. ':' .. client, '*')
-      end
+      publish(channel .. ':' .. client, '*', sharded)
     end
   end
 end

@@ -6,6 +6,8 @@
 -- KEYS[2]  queue key     <prefix>{<resource>}:queue     (see queue.lua)
 -- KEYS[3]  alive key     <prefix>{<resource>}:alive     (see queue.lua)
 -- KEYS[4]  released key  <prefix>{<resource>}:released  the last released lease
+-- KEYS[5]  fence key     <prefix>{<t>}:fences           (see acquire.lua), for
+--                        a direct handoff
 -- ARGV[1]  owner token
 -- ARGV[2]  the owner's queue member if it may be waiting in the queue; absent
 --          or '' if not
@@ -18,7 +20,22 @@
 -- queue if it is waiting there (a waiter that gives up releases too). If that
 -- left the lease free and the lease was marked as waited for (its value ends
 -- with a NUL byte: see acquire.lua), the first live waiter is woken by a
--- message carrying its owner token. The fence counter is never touched.
+-- message carrying its owner token.
+--
+-- A direct handoff: if this call deleted our lease and that first waiter
+-- asked for the lease to be handed over (acquire.lua) within the last
+-- 1.5 s, the waiter gets it here, in the same step, as acquire.lua's take
+-- would give it: a new fence
+-- from the counter, its TTL and its tail, marked as waited for if others
+-- still queue; it leaves the queue, and its message carries the fence and
+-- the waiter's stamp, '<owner>:<fence>:<stamp>'. The waiter then holds the
+-- lease without another round trip. If the message is lost, the waiter's
+-- next attempt finds the lease its own; if the waiter gave up meanwhile,
+-- its own release (the same script, with its owner token) deletes it and
+-- hands it on. A live waiter asks again at least once a second (each of
+-- its attempts does); one that has not for 1.5 s may have died, and is
+-- woken instead, so that a waiter that died in the queue holds the lease
+-- only if it died within 1.5 s of the release.
 --
 -- Returns 1 if our lease was deleted, by this call or by an earlier one whose
 -- reply was lost; 0 if the lease had expired or belongs to another owner
@@ -57,10 +74,27 @@ local left = 0
 if member ~= '' then
   left = redis.call('ZREM', KEYS[2], member)
   if left == 1 then
-    redis.call('HDEL', KEYS[3], member)
+    redis.call('HDEL', KEYS[3], member, '>' .. member)
   end
 end
 if deleted == 1 or (left == 1 and not cur) then
-  wake(KEYS[2], KEYS[3], string.sub(lease, 1, -#'lease' - 1) .. 'wake', ARGV[3] or '0')
+  local head = first(KEYS[2], KEYS[3])
+  local ask = head and deleted == 1 and redis.call('HGET', KEYS[3], '>' .. head)
+  local owner, client = string.match(head or '', '^(.*)/([^/]*)$')
+  local ttl, stamp, at, tail = string.match(ask or '', '^(%d+) (%d+) (%d+)(.*)$')
+  local channel = string.sub(lease, 1, -#'lease' - 1) .. 'wake'
+  if ttl and owner and now_ms() - tonumber(at) <= 1500 then
+    local fence = redis.call('INCR', KEYS[5])
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('HDEL', KEYS[3], head, '>' .. head)
+    local value = owner .. ':' .. string.format('%d', fence) .. tail
+    if redis.call('EXISTS', KEYS[2]) == 1 then
+      value = value .. '\0' -- waited for
+    end
+    redis.call('SET', lease, value, 'PX', ttl)
+    publish(channel .. ':' .. client, owner .. ':' .. string.format('%d', fence) .. ':' .. stamp, ARGV[3] or '0')
+  elseif head then
+    wake_member(head, channel, ARGV[3] or '0')
+  end
 end
 return math.min(deleted, 1)
