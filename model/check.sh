@@ -58,18 +58,21 @@ RESP="-DCHK_S2 -DCHK_S3 -DCHK_S4 -DCHK_S5 -DCHK_LX -DCHK_HELD -DCHK_REXCL"
 RESM="$RES -DRENEWS=0 -DRENEWS2=0 -DRTRIES=1"
 # an operator's Client.Break and its message to the holders' Clients
 BRK="-DBREAKS=1"
+# the direct handoff: a release gives the lease to a waiter that asked
+HO="-DHANDOFF"
 
 # name | expectation | spin -D flags
 #   pass       a full search finds no error
 #   fail:P     the search stops at an assertion of property P (CHECK(P_P, ...))
 verify_runs=(
-  "faults|pass|$FCONF -DINCR_MIX $FAULTY"
+  "faults|pass|$FCONF $HO -DINCR_MIX $FAULTY"
   "plain|pass|-DINCR_MIX $EXT $ALL"
   "dups|pass|-DINCR_MIX -DDUPS=1 -DATTEMPTS=1 $EXT $ALL"
   "extend-longer|pass|-DINCR_MIX $EXT -DT2=4 -DCHK_S3 -DCHK_S4 -DCHK_LX -DCHK_HELD"
   "resume|pass|$RES $RESP"
   "break|pass|$BRK $ALL -DCHK_BRK"
   "resume-break|pass|$RES -DRENEWS=0 -DRTRIES=1 $BRK $RESP -DCHK_BRK"
+  "handoff|pass|$HO -DINCR_MIX $ALL"
   "witness-retry-same-fence|fail:W1|-DWITNESS=1"
   "witness-stale-write-refused|fail:W2|-DWITNESS=2"
   "witness-retried-release|fail:W3|-DWITNESS=3"
@@ -88,6 +91,8 @@ verify_runs=(
   "witness-resumed-shared|fail:W16|$RES -DWITNESS=16"
   "witness-resumer-renews|fail:W17|$RES -DWITNESS=17"
   "witness-break-ends-resumer|fail:W18|$RESM $BRK -DWITNESS=18"
+  "witness-handoff-grant|fail:W19|$HO -DWITNESS=19"
+  "witness-handoff-attempt-finds-own|fail:W20|$HO -DWITNESS=20"
 )
 mutant_runs=(
   "mutant-plain-del|fail:S2|-DM_PLAIN_DEL -DCHK_S2"
@@ -107,6 +112,8 @@ mutant_runs=(
   "mutant-resume-no-owner|fail:LX|$RESM -DM_RESUME_NO_OWNER -DCHK_LX"
   "mutant-break-key-only|fail:BRK|$BRK -DM_BREAK_KEY_ONLY -DCHK_BRK"
   "mutant-break-no-fence|fail:BRK|$BRK -DM_BREAK_NO_FENCE -DCHK_BRK"
+  "mutant-handoff-now|fail:S3|$HO -DM_HANDOFF_NOW -DCHK_S3"
+  "mutant-handoff-now-held|fail:HELD|$HO -DM_HANDOFF_NOW -DCHK_HELD"
   "nongoal-faults-s1|fail:S1|$FCONF -DCHK_S1"
   "nongoal-faults-lx|fail:LX|$FCONF -DCHK_LX"
   "nongoal-restart-rorder|fail:RORDER|$FCONF -DFAILOVERS=0 -DCHK_RORDER"
@@ -138,7 +145,7 @@ run_one() {
     # A full search is worth gcc's -O2 (9 s to compile, twice as fast to
     # run); a search that stops at a counterexample is not.
     local opt=-O0
-    case $name in plain|dups|faults|extend-longer|resume|break|resume-break) opt=-O2 ;; esac
+    case $name in plain|dups|faults|extend-longer|resume|break|resume-break|handoff) opt=-O2 ;; esac
     # shellcheck disable=SC2086
     if ! gcc $opt -w -DSAFETY ${MODEL_CFLAGS:-} -o pan pan.c >gcc.out 2>&1; then
       echo "FAIL $name: gcc failed: $(head -c 300 gcc.out)"; exit

@@ -32,6 +32,13 @@
  *                  holders' Clients, delivered at any later moment or never
  *   BRK_STRICT     with BREAKS: LX, HELD and S3 do not exempt a broken lease
  *                  (a non-goal: Break is documented to break them)
+ *   HANDOFF        the direct handoff: a waiter whose attempt acquire.lua
+ *                  found busy leaves a handoff request with its stamp (that
+ *                  attempt's send time); a release.lua that deletes its own
+ *                  lease may give the lease to that waiter in the same step
+ *                  (INCR, SET PX T, PUBLISH '<owner>:<fence>:<stamp>'), and
+ *                  the waiter, if the message reaches it while it waits,
+ *                  holds the lease with a deadline counted from the stamp
  *   M_<mutation>   a deliberately broken protocol (see check.sh -mutants)
  *   WITNESS=n      stop at reachable situation n: a test of the model itself
  *
@@ -195,6 +202,19 @@ byte rrem[NL];           /* S3: the same since Redis last set the lease's TTL (t
 byte began[NL];          /* the peer's fence if it was handed out before c began, else 0 */
 bool delown[NL];         /* a Release of c's deleted c's own lease (for its verdict) */
 
+#ifdef HANDOFF
+/* the direct handoff, per client (waiter) c */
+bool hq[NL];             /* Redis: c's handoff request ('>' .. member in the alive hash) */
+byte hqAge[NL];          /*   ticks since the send of the attempt that left its stamp
+                              (capped at LATE: a stamp that old can grant nothing) */
+bool hm[NL];             /* a release handed c the lease: its message is on its way, or
+                            waits in the hub (hub.handed) for the waiter's next claim */
+byte hmAge[NL];          /*   ticks since its stamp's send (< LATE, else it is dropped) */
+byte hmf[NL];            /*   its fence */
+byte hmg[NL];            /*   ghost: the grant it is */
+byte hoAge[NL];          /*   ghost (S3): ticks since release.lua SET the handed lease */
+#endif
+
 /* ------------------------------------------------------------------ Redis */
 
 byte kttl[NR];           /* <prefix>{R}:lease is present iff kttl > 0 (its PX, in ticks) */
@@ -258,6 +278,21 @@ hidden byte hv, hg, hi, hf;   /* temporaries within one atomic step; not state *
 #else
 #define F_(x) skip
 #endif
+#ifdef HANDOFF
+#define HO_(x) x
+/* the waiter a release by lease holder c may hand R0 to: the other client */
+#define HOPEER(c) ((c) == 1 -> 0 : 1)
+/* the handoff message to c is gone (taken, too old, or its waiter stopped waiting) */
+#define HO_DROP(c) hm[c] = 0; hmAge[c] = 0; hmf[c] = 0; GEN_(hmg[c] = 0); S3_(hoAge[c] = 0)
+/* ... and its request is forgotten when it finishes (no step without HANDOFF) */
+#define HO_FINISH(c) ; hq[c] = 0; hqAge[c] = 0; HO_DROP(c)
+#else
+#define HO_(x) skip
+#define HO_FINISH(c)
+#endif
+#if WITNESS == 20
+byte hofen;              /* witness only: the fence of the last handed lease */
+#endif
 
 #define EV printf   /* an event of the timeline (runs in replays only) */
 
@@ -266,7 +301,7 @@ hidden byte hv, hg, hi, hf;   /* temporaries within one atomic step; not state *
  * never equal to a property, so the assertion is just cond). */
 mtype = { P_S1, P_S1R, P_S2, P_S3, P_S4, P_S5, P_LX, P_HELD, P_RORDER, P_REXCL,
           P_W1, P_W2, P_W3, P_W4, P_W5, P_W6, P_W7, P_W8, P_W9, P_W10, P_W11,
-          P_W12, P_W13, P_BRK, P_W14, P_W15, P_W16, P_W17, P_W18 };
+          P_W12, P_W13, P_BRK, P_W14, P_W15, P_W16, P_W17, P_W18, P_W19, P_W20 };
 hidden mtype tag;
 #define CHECK(p, cond) assert((cond) || tag == p)
 #define WIT(n) CHECK(P_W##n, WITNESS != n)   /* a witness: the search stops there */
@@ -439,6 +474,18 @@ end:
           :: else -> skip
           fi;
 #endif
+#ifdef HANDOFF
+          if
+          :: hq[hi] && hqAge[hi] < LATE -> hqAge[hi]++
+          :: else -> skip
+          fi;
+          if
+          :: hm[hi] && hmAge[hi] + 1 < LATE -> hmAge[hi]++; S3_(hoAge[hi]++)
+          :: hm[hi] && hmAge[hi] + 1 >= LATE -> HO_DROP(hi)   /* too old to grant
+                                  anything: the waiter's claim attempts instead */
+          :: else -> skip
+          fi;
+#endif
           hi++
        :: else -> break
        od;
@@ -458,7 +505,9 @@ end:
 #define INCRED(r, set) F_(lastincr = (r) + 1; lastset = set)
 
 /* abstracts: acquire.lua (the lease and the fence; the queue and the
- * wake-up only delay a grant and are left out); acquire_all.lua, per key.
+ * wake-up only delay a grant and are left out, except, with HANDOFF, the
+ * handoff request a busy attempt leaves, which run_req records);
+ * acquire_all.lua, per key.
  * Sets hv, the reply (a fence, or 0: busy), and hg, the grant (ghost). */
 inline acquire_lua(o, r) {
 #if defined(INCR_FIRST)
@@ -476,6 +525,9 @@ inline acquire_lua(o, r) {
      WIT(1);
      kttl[r] = T; hv = kfen[r]; GEN_(hg = kgen[r]); WROTE;
      EV("@@ R%d acquire.lua by owner %d: already ours, PEXPIRE, same fence %d\n", r, o, hv)
+#if WITNESS == 20
+     ; if :: r == R0 && hofen > 0 && hv == hofen -> WIT(20) :: else -> skip fi   /* the handed lease */
+#endif
 #ifdef M_INCR_OUTSIDE
      ; hv = 1
 #endif
@@ -525,8 +577,68 @@ inline refresh_lua(rc, rj) {
   fi
 }
 
+#ifdef HANDOFF
+/* abstracts: release.lua's direct handoff, after its own lease was deleted
+ * (deleted == 1): if the first live waiter asked for a handoff, INCR the
+ * slot's counter, take the waiter out of the queue (ZREM, HDEL of its alive
+ * entry and request), SET the lease to it with the new fence and its TTL
+ * (PX T), and PUBLISH '<owner>:<fence>:<stamp>' on its Client's wake
+ * channel. Whether the waiter is first and live is not tracked: the handoff
+ * may not happen (then the release wakes it, or nobody: an attempt of its
+ * own follows). A stamp LATE or more old grants nothing: no message then
+ * (the waiter's claim would attempt instead; its attempt, or its leave,
+ * finds the lease its own). Beyond the counter's bound, no handoff. */
+inline handoff_lua(c) {
+  hi = HOPEER(c);
+  if
+  :: hq[hi] && ctr < MAXF ->
+     ctr++;
+     kown[R0] = OWN(hi); kttl[R0] = T; kfen[R0] = ctr;
+     GEN_(grants[R0]++; kgen[R0] = grants[R0]);
+     S1R_DRAW(R0, ctr, grants[R0]);
+     S1R_(hifen[R0] = ctr); GEN_(fgen[R0] = grants[R0]);
+#if WITNESS == 20
+     hofen = ctr;
+#endif
+     EV("@@ R0 release.lua hands the lease to owner %d: INCR -> fence %d, SET (PX %d), PUBLISH (stamp %d ticks old)\n", OWN(hi), ctr, T, hqAge[hi]);
+     if
+     :: hqAge[hi] < LATE ->
+        hm[hi] = 1; hmAge[hi] = hqAge[hi]; hmf[hi] = ctr; GEN_(hmg[hi] = grants[R0]); S3_(hoAge[hi] = 0)
+     :: else -> HO_DROP(hi)
+     fi;
+     hq[hi] = 0; hqAge[hi] = 0
+  :: else -> skip                     /* not first, not live, or no handoff */
+  fi;
+  hi = 0
+}
+
+/* abstracts: acquisition.claim (waiter.go), when a release handed the
+ * waiter the lease (hub.handed, from the wake-up message) and the handoff
+ * is fresh: grant(ctx, sent, fence) with sent = the stamp, the send time
+ * of the waiter's attempt that Redis ran before the release: Lease.start's
+ * deadline, sent + lifetime. The model grants at every stamp age at which
+ * the local deadline may still be ahead (LATE), a superset of the code's
+ * 'age <= lifetime/2'; older messages are dropped (Tick): the claim
+ * attempts instead. */
+inline handed(c) {
+#ifdef M_HANDOFF_NOW
+  dl[c] = LATE;                        /* mutant: the deadline counts from the message */
+#else
+  dl[c] = LATE - hmAge[c];
+#endif
+  st[c] = ACTIVE; fen[c] = hmf[c]; GEN_(gen[c] = hmg[c]);
+  S3_(crem[c] = REM(0, hmAge[c]); rrem[c] = REM(0, hoAge[c]));
+  EV("@@ c%d: handed the lease, fence %d, stamp %d ticks old; its context ends within %d ticks\n", c, hmf[c], hmAge[c], dl[c]);
+  S1_HANDOUT(c);
+  S1_(began[c] = 0);
+  WIT(19);
+  HO_DROP(c)
+}
+#endif
+
 /* abstracts: release.lua (compare-and-delete, by RENAME to the released
- * key, which answers a retried release; the queue and wake-up left out) */
+ * key, which answers a retried release; with HANDOFF its direct handoff,
+ * handoff_lua; the rest of the queue and the wake-up left out) */
 inline release_lua(c) {
 #ifdef M_PLAIN_DEL
   /* mutant: DEL <prefix>{R}:lease, whoever holds it */
@@ -546,6 +658,9 @@ inline release_lua(c) {
      xown[R0] = kown[R0];                        /* RENAME lease -> released */
      kttl[R0] = 0; kown[R0] = 0; kfen[R0] = 0; GEN_(kgen[R0] = 0); hv = 1; WROTE;
      EV("@@ R0 release.lua by owner %d: ours, RENAME to the released key -> 1\n", OWN(c))
+#ifdef HANDOFF
+     ; handoff_lua(c)
+#endif
   :: else ->
      if
      :: xown[R0] == OWN(c) -> hv = 1;            /* an earlier release of ours did it */
@@ -634,7 +749,18 @@ inline advance_lua(a) {
 inline run_req(c) {
   if
   :: mk[c] == KACQ -> acquire_lua(OWN(c), R0)
+#ifdef HANDOFF
+     /* busy: queue, and leave the handoff request with the stamp of this
+      * attempt's send (it replaces an earlier one); taken: out of the queue */
+     ; if
+     :: hv == 0 -> hq[c] = 1; hqAge[c] = acqAge[c]
+     :: else -> hq[c] = 0; hqAge[c] = 0
+     fi
+  :: mk[c] == KLEAVE -> hq[c] = 0; hqAge[c] = 0; release_lua(c)   /* ZREM, HDEL of member */
+  :: mk[c] == KREL -> release_lua(c)
+#else
   :: mk[c] == KREL || mk[c] == KLEAVE -> release_lua(c)
+#endif
 #ifdef RESUME
   :: mk[c] == KRES -> resume_lua(c)
 #endif
@@ -776,6 +902,9 @@ inline guard_write(c) {
  * after the deadline is given back (acquisition.giveBack). hv: the fence,
  * hg: the grant (ghost). */
 inline start(c) {
+#ifdef HANDOFF
+  HO_DROP(c);                          /* the waiter returns: the hub forgets a handoff */
+#endif
 #ifdef M_REPLY_DEADLINE
   if
   :: true ->                           /* mutant: the deadline counts from the reply */
@@ -840,17 +969,20 @@ inline resumed(c) {
  * script */
 #define ATTEMPT(c) EV("@@ c%d: acquire attempt %d\n", c, tries[c] + 1); \
   acqAge[c] = 0; tries[c]++; SEND(c, KACQ, 0)
-/* abstracts: acquisition.leave -- release.lua by owner token, best effort */
+/* abstracts: acquisition.leave -- release.lua by owner token, best effort
+ * (with HANDOFF it also takes the owner out of the queue, and deletes a
+ * lease a release handed it, which may hand that lease on) */
 #define LEAVE(c) EV("@@ c%d: gives up; releases by owner (leave)\n", c); \
   unk[c] = 0; SEND(c, KLEAVE, 0)
 #define FINISH(c) st[c] = DONE; tries[c] = 0; renews[c] = 0; exts[c] = 0; cur2[c] = 0; \
-  unk[c] = 0; F_(refused[c] = 0); dl[c] = 0; S3_(crem[c] = 0; rrem[c] = 0); S1_(began[c] = 0)
+  unk[c] = 0; F_(refused[c] = 0); dl[c] = 0; S3_(crem[c] = 0; rrem[c] = 0); S1_(began[c] = 0) \
+  HO_FINISH(c)
 
 /* abstracts: acquisition.try / acquisition.waitFor, after an attempt that
  * did not get the lease: again under the same owner token (after a busy
  * reply and a wake-up or backoff, or a request error), or stop (ctx ended,
  * retries ran out): acquisition.giveUp, which leaves if an outcome was
- * unknown */
+ * unknown or, with HANDOFF, if it queued (a.queued: unk is set then too) */
 inline again(c) {
   if
   :: tries[c] < ATTEMPTS_OF(c) -> ATTEMPT(c)
@@ -890,7 +1022,12 @@ acquiring:
           if :: st[c] == DISCARDED -> LEAVE(c); FINISH(c) :: else -> skip fi
 #endif
        :: else -> EV("@@ c%d: busy\n", c);
+#ifdef HANDOFF
+          unk[c] = 1                   /* queued (a.queued): a release may hand it the
+                                          lease, so giving up leaves (acquisition.giveUp) */
+#else
           unk[c] = 0; again(c)         /* someone else holds it: no attempt of ours does */
+#endif
        fi;
        hv = 0; hg = 0 }
 #ifdef M_INCR_OUTSIDE
@@ -902,13 +1039,40 @@ acquiring:
 #endif
   :: atomic { ms[c] == GONE && mk[c] == KACQ ->
        EV("@@ c%d: the attempt's outcome is unknown\n", c);
+#ifdef HANDOFF
+       TIMEOUT(c); unk[c] = 1 }
+#else
        TIMEOUT(c); unk[c] = 1; again(c) }
+#endif
+  fi;
+#ifdef HANDOFF
+  if
+  :: st[c] == ACQ && ms[c] == EMPTY -> goto waiting
+  :: st[c] == ACQ && ms[c] != EMPTY -> goto acquiring
+  :: st[c] == ACTIVE -> goto hold
+  :: else -> goto end
+  fi;
+  /* abstracts: waitFor's loop, between attempts (acquisition.claim): the
+   * lease a release handed over, if its message has come and is fresh;
+   * else an attempt (after a wake-up, the timer, or an error), or the end
+   * of the wait (ctx ended, retries ran out: giveUp, which leaves) */
+waiting:
+  if
+  :: atomic { hm[c] -> handed(c) }
+  :: atomic { again(c) }
   fi;
   if
   :: st[c] == ACQ -> goto acquiring
   :: st[c] == ACTIVE -> skip
   :: else -> goto end
   fi;
+#else
+  if
+  :: st[c] == ACQ -> goto acquiring
+  :: st[c] == ACTIVE -> skip
+  :: else -> goto end
+  fi;
+#endif
 #ifdef RESUME
   goto hold;
 
