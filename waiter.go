@@ -78,6 +78,8 @@ func (a *acquisition) asksHandoff() bool {
 // claim is one step of a wait: the lease a release handed over, if a
 // wake-up since the last step said so and the handoff is fresh, or else an
 // attempt.
+//
+// Model: model/redlease.pml, proctype Client, label waiting (inline handed).
 func (a *acquisition) claim(ctx context.Context, w *waitState) ([]*Lease, error) {
 	if a.base.IsZero() || len(w.waiters) != 1 {
 		return a.attempt(ctx)

@@ -1,5 +1,5 @@
 -- release: compare-and-delete, and hand the resource to the next waiter.
--- Model: model/redlease.pml, inline release_lua (the queue part left out); a change here is a change there (docs/MODEL.md).
+-- Model: model/redlease.pml, inline release_lua and, for the direct handoff, inline handoff_lua (the rest of the queue left out); a change here is a change there (docs/MODEL.md).
 -- (queue.lua is inserted at the line '--#queue'.)
 --
 -- KEYS[1]  lease key     <prefix>{<resource>}:lease
