@@ -55,7 +55,7 @@ func (c *Client) holdLocked(l *Lease) {
 		h.channel = w.channel()
 	}
 	if h.n++; h.n == 1 {
-		c.hub.watch(h.channel, c.onBreak)
+		c.hub.watch(h.channel, c.breakHandler)
 	}
 	c.held[w] = h
 }

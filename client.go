@@ -32,6 +32,10 @@ type Client struct {
 	held    map[breakWatch]heldCount // how many of them each break channel tells (broken.go)
 	closed  atomic.Bool              // set under mu; read without it by acquire calls
 	closeMu sync.Mutex               // serialises Close calls
+	// onBreak as a func value, made once: a method value passed on allocates
+	// each time, and a Client holding one lease at a time watches its break
+	// channel again at every acquire.
+	breakHandler func(payload string)
 
 	// The give-up releases and the abandoned requests (see
 	// Client.background and Client.spawn): Close waits for them.
@@ -58,6 +62,7 @@ func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 // newClient returns a Client with the defaults of opts, and no driver yet.
 func newClient(opts []Option) *Client {
 	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}, held: map[breakWatch]heldCount{}}
+	c.breakHandler = c.onBreak
 	applyAll(&c.cfg, opts)
 	c.clk = c.cfg.clk
 	defaults := c.cfg
