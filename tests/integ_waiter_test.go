@@ -123,7 +123,14 @@ func TestIntegrationWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 		servertest.WaitFor(t, 10*time.Second, func() bool { return e.waiting("r") })
 		cancel()
 		got := servertest.Recv(t, w, 30*time.Second)
-		require.ErrorIs(t, got.err, redlease.ErrNotAcquired)
+		// Subscribed, the waiter attempts once more at once (the lease may
+		// have been freed before the subscription): a cancel during that
+		// attempt's check that Redis answers is a wait cut before Redis
+		// answered, ErrUnavailable, as Acquire documents (seen once on
+		// valkey-go in a fresh-clone .ci/run); after it, ErrNotAcquired.
+		if !errors.Is(got.err, redlease.ErrUnavailable) {
+			require.ErrorIs(t, got.err, redlease.ErrNotAcquired)
+		}
 		require.ErrorIs(t, got.err, context.Canceled)
 		servertest.WaitFor(t, 5*time.Second, func() bool { return len(e.queued("r")) == 0 }) // a release in the background
 		require.NoError(t, l.Release(t.Context()))
