@@ -62,7 +62,7 @@ var (
 // call's first attempt. An empty holder is not sent. A waiter that asks for
 // a direct handoff sends its stamp (see acquire.lua): its clock's reading
 // when it sent this call, in digits, which a release that hands it the
-// lease sends back (ParseHandoff); "" asks for none.
+// lease sends back (ParseWake); "" asks for none.
 func Acquire(k *Keys, owner, member, ttl string, wait, fair, again bool, holder, stamp string) Call {
 	mode := acquireModes[bit(wait)<<2|bit(fair)<<1|bit(again)]
 	if wait && stamp != "" {
