@@ -366,10 +366,14 @@ func (a *acquisition) classify(err error) driver.ErrorClass {
 //
 // Model: model/redlease.pml, inline again.
 func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
+	ended := unknown != nil && (errors.Is(unknown, context.DeadlineExceeded) || errors.Is(unknown, context.Canceled))
 	if a.queued || unknown != nil {
 		a.undo(ctx)
 	}
-	if unknown != nil && (errors.Is(unknown, context.DeadlineExceeded) || errors.Is(unknown, context.Canceled)) {
+	if ended && a.c.conn.SendsLate() {
+		a.undoLate(ctx)
+	}
+	if ended {
 		unknown = errorf("no reply before the context ended: %w", unknown)
 	}
 	switch {
@@ -411,7 +415,7 @@ func (a *acquisition) unavailable(cause, last error) error {
 // background, and the acquire call returns on time.
 func (a *acquisition) undo(ctx context.Context) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < a.cfg.releaseTimeout {
-		a.c.background(ctx, a.cfg.releaseTimeout, a.leave)
+		a.c.background(ctx, a.cfg.releaseTimeout, func(ctx context.Context) { a.leave(ctx) })
 		return
 	}
 	rctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
@@ -419,14 +423,55 @@ func (a *acquisition) undo(ctx context.Context) {
 	a.leave(rctx)
 }
 
+// undoLate releases what an attempt that its caller stopped waiting for
+// takes if it reaches Redis after undo's release did: a client that is a
+// driver.LateSender writes a request it has queued even after its caller
+// gave up, and may write a later one first on another connection. The
+// release is sent again, on a goroutine of the Client's, after each of
+// lateUndoAfter, until one of them finds the owner's lease and deletes it
+// (an attempt takes the lease at most once: these clients never send a
+// script twice), or the Client is closed (Close releases once more). So
+// such a lease lasts until the next of those releases, not its TTL, if it
+// is taken within the last of them: a request the client still holds
+// after that (its connection stuck for longer than rueidis's and
+// valkey-go's default write timeout of 10 s) may keep its lease for the
+// TTL.
+func (a *acquisition) undoLate(ctx context.Context) {
+	a.c.spawn(func() {
+		for _, d := range lateUndoAfter {
+			t := a.c.clk.NewTimer(d)
+			closing := false
+			select {
+			case <-t.C():
+			case <-a.c.closing:
+				closing = true
+			}
+			t.Stop()
+			rctx, cancel := context.WithTimeout(detach(ctx), a.cfg.releaseTimeout)
+			deleted := a.leave(rctx)
+			cancel()
+			if deleted || closing {
+				return
+			}
+		}
+	})
+}
+
+// lateUndoAfter are the pauses before undoLate's releases: the first soon
+// after the give-up, where a request that was still queued then is written
+// in the next moments; the last past the clients' default write timeout.
+var lateUndoAfter = []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second, 11 * time.Second}
+
 // leave runs the release script for the owner token on every resource: it
 // deletes a lease the owner may hold and takes it out of the queue, waking
 // the next waiter if the lease is free. It is best effort: the lease's TTL
 // and the waiter timeout clean up after it.
 //
 // Model: model/redlease.pml, macro LEAVE.
-func (a *acquisition) leave(ctx context.Context) {
+func (a *acquisition) leave(ctx context.Context) (deleted bool) {
 	for i := range a.resources {
-		_ = a.c.conn.Run(ctx, releaseCallOf(a.kind, &a.names[i], a.sk, a.owner, a.member, "", a.c.conn.Sharded()))
+		ok, err := wire.Done(a.c.conn.Run(ctx, releaseCallOf(a.kind, &a.names[i], a.sk, a.owner, a.member, "", a.c.conn.Sharded())))
+		deleted = deleted || (err == nil && ok)
 	}
+	return deleted
 }

@@ -40,7 +40,8 @@ type Client struct {
 	// The give-up releases and the abandoned requests (see
 	// Client.background and Client.spawn): Close waits for them.
 	bg       sync.WaitGroup
-	bgClosed bool // under mu: Close is waiting for bg, or has
+	bgClosed bool          // under mu: Close is waiting for bg, or has
+	closing  chan struct{} // closed when Close begins: the late undos stop waiting (undoLate)
 }
 
 // NewWithDriver returns a Client that takes leases through d, a Redis
@@ -61,7 +62,8 @@ func NewWithDriver(d driver.Driver, opts ...Option) *Client {
 
 // newClient returns a Client with the defaults of opts, and no driver yet.
 func newClient(opts []Option) *Client {
-	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}, held: map[breakWatch]heldCount{}}
+	c := &Client{cfg: defaultConfig(), leases: map[*Lease]struct{}{}, held: map[breakWatch]heldCount{},
+		closing: make(chan struct{})}
 	c.breakHandler = c.onBreak
 	applyAll(&c.cfg, opts)
 	c.clk = c.cfg.clk
@@ -136,6 +138,11 @@ func (c *Client) close(ctx context.Context) ([]pending, error) {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
 	c.mu.Lock()
+	select {
+	case <-c.closing: // an earlier Close
+	default:
+		close(c.closing)
+	}
 	c.closed.Store(true)
 	leases := make([]*Lease, 0, len(c.leases))
 	for l := range c.leases {

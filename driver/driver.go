@@ -196,3 +196,18 @@ type DeadlineKeeper interface {
 	// it at d.
 	KeepsDeadline(d time.Time) bool
 }
+
+// LateSender is implemented by a Driver whose Eval, when its context ends
+// first, may return before the request was written and write it afterwards,
+// after requests made since on another connection: rueidis and valkey-go
+// queue a request for the writer goroutine of one of several connections,
+// and a request that its caller stopped waiting for stays in the queue. An
+// acquire of unknown outcome is undone by a release of its owner token;
+// when that release may have overtaken the acquire, which would then take
+// the lease for nobody until its TTL ran out, redlease sends the release
+// again, a few times over the next seconds, until one deletes the lease.
+type LateSender interface {
+	// SendsLate reports whether a request whose context ended may reach
+	// Redis after a request made later.
+	SendsLate() bool
+}

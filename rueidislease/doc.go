@@ -52,6 +52,14 @@
 // connection up after about ClientOption.ConnWriteTimeout (10 s by
 // default), which ends that wait.
 //
+// A call that ends with its context may still be written after it
+// returned: rueidis writes every request it has queued, and a later request
+// may go out first on another of its connections (PipelineMultiplex). So
+// the driver is a driver.LateSender: an acquire whose context can end is
+// sent on a goroutine of its own, with a context that does not end, and
+// what it took when its caller had stopped waiting is released once its
+// reply comes, never by a release that could overtake it.
+//
 // Subscriptions (the wake-ups of waiters, and the break channel by which
 // Client.Break tells a holder) use Receive, one per channel. Without
 // Cluster they share one connection of their own (Dedicate), so that the

@@ -57,9 +57,15 @@ type rdriver struct {
 }
 
 var (
-	_ driver.Driver    = (*rdriver)(nil)
-	_ driver.Addresser = (*rdriver)(nil)
+	_ driver.Driver     = (*rdriver)(nil)
+	_ driver.Addresser  = (*rdriver)(nil)
+	_ driver.LateSender = (*rdriver)(nil)
 )
+
+// SendsLate implements driver.LateSender: a request that valkey-go has queued
+// is written even after its caller stopped waiting, and a later one may go
+// out first on another of the client's connections.
+func (d *rdriver) SendsLate() bool { return true }
 
 // command builds the command of c: EVALSHA and its hash, or EVAL and its
 // source (never valkey.NewLuaScript, which computes the SHA-1 of a script

@@ -75,6 +75,7 @@ func newCall(s *Script, nkeys int, words ...string) Call {
 type Conn struct {
 	d      driver.Driver
 	keeper driver.DeadlineKeeper // nil: d keeps every deadline
+	late   bool                  // d is a driver.LateSender that sends late
 	health atomic.Int32
 	comb   combiner // see combine.go
 }
@@ -92,6 +93,9 @@ const (
 func NewConn(d driver.Driver, combineAfter int) *Conn {
 	c := &Conn{d: d, comb: combiner{after: combineAfter}}
 	c.keeper, _ = d.(driver.DeadlineKeeper)
+	if l, ok := d.(driver.LateSender); ok {
+		c.late = l.SendsLate()
+	}
 	return c
 }
 
@@ -271,6 +275,10 @@ func unavailable(msg string) bool {
 func (c *Conn) KeepsDeadline(d time.Time) bool {
 	return c.keeper == nil || c.keeper.KeepsDeadline(d)
 }
+
+// SendsLate reports whether a request whose context ended may reach Redis
+// after a request made later (see driver.LateSender).
+func (c *Conn) SendsLate() bool { return c.late }
 
 // Sharded reports whether the wake channels are shard channels (Cluster).
 func (c *Conn) Sharded() bool { return c.d.Sharded() }
