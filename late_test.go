@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redlease/redlease/internal/require"
-
 	"github.com/redlease/redlease/driver"
 	"github.com/redlease/redlease/internal/clock"
 	"github.com/redlease/redlease/internal/goredis"
+	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
 	"github.com/redlease/redlease/internal/wire"
 )
@@ -88,9 +87,14 @@ func TestAcquireThatReachesRedisAfterItsCallerGaveUpIsReleased(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, warm.Release(t.Context()))
 
-			ctx, cancel := context.WithCancel(t.Context())
+			var (
+				ctx    context.Context
+				cancel context.CancelFunc
+			)
 			if name == "deadline" {
 				ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+			} else {
+				ctx, cancel = context.WithCancel(t.Context())
 			}
 			defer cancel()
 			done := make(chan error, 1)
@@ -109,7 +113,9 @@ func TestAcquireThatReachesRedisAfterItsCallerGaveUpIsReleased(t *testing.T) {
 			close(d.gate) // the held acquire reaches Redis now, and takes the lease
 			r := servertest.Recv(t, d.sent, 10*time.Second)
 			require.NoError(t, r.Err)
-			require.Positive(t, r.Value.(int64), "the fence of the lease it took")
+			fence, ok := r.Value.(int64)
+			require.True(t, ok, "a fence, not %v", r.Value)
+			require.Positive(t, fence, "the fence of the lease it took")
 			require.EqualValues(t, 1, rdb.Exists(t.Context(), k.Lease).Val(), "taken after the undo")
 			gone := func() bool { return rdb.Exists(t.Context(), k.Lease).Val() == 0 }
 			if name == "close" {
