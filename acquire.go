@@ -370,7 +370,7 @@ func (a *acquisition) giveUp(ctx context.Context, cause, unknown error) error {
 	if a.queued || unknown != nil {
 		a.undo(ctx)
 	}
-	if ended && a.c.conn.SendsLate() {
+	if ended && a.c.conn.MayArriveLate(unknown) {
 		a.undoLate(ctx)
 	}
 	if ended {
@@ -426,14 +426,14 @@ func (a *acquisition) undo(ctx context.Context) {
 // undoLate releases what an attempt that its caller stopped waiting for
 // takes if it reaches Redis after undo's release did: a client that is a
 // driver.LateSender writes a request it has queued even after its caller
-// gave up, and may write a later one first on another connection. The
+// gave up, and may write a later one first on another connection; so may
+// the call that sends a combined batch, which the attempt left. The
 // release is sent again, on a goroutine of the Client's, after each of
 // lateUndoAfter, until one of them finds the owner's lease and deletes it
-// (an attempt takes the lease at most once: these clients never send a
-// script twice), or the Client is closed (Close releases once more). So
-// such a lease lasts until the next of those releases, not its TTL, if it
-// is taken within the last of them: a request the client still holds
-// after that (its connection stuck for longer than rueidis's and
+// (the attempt has reached Redis then), or the Client is closed (Close
+// releases once more). So such a lease lasts until the next of those
+// releases, not its TTL, if it is taken within the last of them: a request
+// still held after that (a connection stuck for longer than rueidis's and
 // valkey-go's default write timeout of 10 s) may keep its lease for the
 // TTL.
 func (a *acquisition) undoLate(ctx context.Context) {

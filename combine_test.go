@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlease/redlease/driver"
+	"github.com/redlease/redlease/internal/clock"
 	"github.com/redlease/redlease/internal/goredis"
 	"github.com/redlease/redlease/internal/require"
 	"github.com/redlease/redlease/internal/servertest"
@@ -302,6 +303,47 @@ func TestBatchKeepsTheDeadlineOfEachOfItsCalls(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int{2}, h.pipelineSizes(), "both calls went out in one pipeline")
+}
+
+// The call that stopped waiting for its batch (as above) may have its
+// attempt reach Redis after the release by which its acquire undid it: the
+// batch's sender had not written it yet. The lease it takes then, for
+// nobody, is released by the releases sent again after the give-up (on the
+// fake clock), not left for its TTL.
+func TestBatchCallThatStoppedWaitingIsUndoneWhenItsBatchLands(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	c, h, admin := combiningClient(t, true, WithTTL(time.Minute), clock.Option(clk).(Option))
+	ctx := context.Background()
+	require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
+	first := holdInFlight(t, c, h)
+	h.holdPipelines()
+	early, cancelEarly := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelEarly()
+	late, cancelLate := context.WithTimeout(ctx, time.Minute)
+	defer cancelLate()
+	leaves := acquireAsync(early, c, "early")
+	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
+	sends := acquireAsync(late, c, "late")
+	eventuallyTrue(t, "two calls queued", func() bool { return queuedCalls(c) == 2 })
+	h.open()
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	eventuallyTrue(t, "the batch held", func() bool { return h.pipelinesHeld() == 1 })
+	r := servertest.Recv(t, leaves, 10*time.Second)
+	require.ErrorIs(t, r.err, ErrOutcomeUnknown)
+	lease := wire.KeysOf(DefaultPrefix, "early").Lease
+	require.Zero(t, admin.Exists(ctx, lease).Val(), "undone before the batch went out")
+
+	h.openPipelines() // the batch lands: early's attempt takes its lease, for nobody
+	r = servertest.Recv(t, sends, 10*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, r.l.Release(ctx))
+	require.EqualValues(t, 1, admin.Exists(ctx, lease).Val(), "taken after the undo")
+	servertest.WaitFor(t, 10*time.Second, func() bool {
+		clk.Advance(10 * time.Millisecond)
+		return admin.Exists(ctx, lease).Val() == 0
+	})
 }
 
 // A queued call whose context ends before its batch is sent leaves the queue

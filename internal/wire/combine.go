@@ -89,8 +89,9 @@ func (c *Conn) eval(ctx context.Context, dc driver.Call) driver.Reply {
 		default:
 			// Its request may be on the network: an unknown outcome, as that
 			// of a request of its own that met its deadline. The sender
-			// still writes the reply, so p is not reused.
-			return driver.Reply{Err: ctx.Err()}
+			// still writes the reply, so p is not reused. It may also not be
+			// written yet, and go out after requests made since (late).
+			return driver.Reply{Err: late{ctx.Err()}}
 		}
 	}
 	if p.batch != nil {
@@ -194,6 +195,14 @@ func (c *Conn) Queued() int {
 }
 
 // unsent is the error of a call that left the queue unsent: its context's.
+// late is the error of a call that stopped waiting while its batch, sent
+// by another call, was on its way: it may reach Redis after requests made
+// since (see Conn.MayArriveLate).
+type late struct{ err error }
+
+func (e late) Error() string { return e.err.Error() }
+func (e late) Unwrap() error { return e.err }
+
 type unsent struct{ err error }
 
 func (e unsent) Error() string { return e.err.Error() }

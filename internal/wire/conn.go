@@ -276,9 +276,13 @@ func (c *Conn) KeepsDeadline(d time.Time) bool {
 	return c.keeper == nil || c.keeper.KeepsDeadline(d)
 }
 
-// SendsLate reports whether a request whose context ended may reach Redis
-// after a request made later (see driver.LateSender).
-func (c *Conn) SendsLate() bool { return c.late }
+// MayArriveLate reports whether a request that failed with err, when its
+// context ended, may still reach Redis after requests made since: the
+// driver writes such requests late (driver.LateSender), or err is that of a
+// combined call that stopped waiting while another call sent its batch.
+func (c *Conn) MayArriveLate(err error) bool {
+	return c.late || errors.As(err, new(late))
+}
 
 // Sharded reports whether the wake channels are shard channels (Cluster).
 func (c *Conn) Sharded() bool { return c.d.Sharded() }
