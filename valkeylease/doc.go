@@ -56,10 +56,10 @@
 // A call that ends with its context may still be written after it
 // returned: valkey-go writes every request it has queued, and a later request
 // may go out first on another of its connections (PipelineMultiplex). So
-// the driver is a driver.LateSender: an acquire whose context can end is
-// sent on a goroutine of its own, with a context that does not end, and
-// what it took when its caller had stopped waiting is released once its
-// reply comes, never by a release that could overtake it.
+// the driver is a driver.LateSender: when an acquire gives up at its
+// context's end with its outcome unknown, redlease sends the release that
+// undoes it again over the next seconds, in case the attempt reached Redis
+// after the first one.
 //
 // Subscriptions (the wake-ups of waiters, and the break channel by which
 // Client.Break tells a holder) use Receive, one per channel. Without
