@@ -263,6 +263,33 @@ func TestCallsOfAClientWithoutCombiningGoOutAtOnce(t *testing.T) {
 	require.Empty(t, h.pipelineSizes())
 }
 
+// heldBatchOfTwo queues an acquire of "early" (a deadline 300 ms away) and
+// then one of "late" (lateIn away) behind requests in flight, lets those
+// return, and holds the pipeline that carries the two: its results come on
+// leaves (early's) and sends (late's).
+func heldBatchOfTwo(t *testing.T, c *Client, h *holdHook, admin *redis.Client, lateIn time.Duration) (leaves, sends chan result) {
+	t.Helper()
+	ctx := context.Background()
+	// No NOSCRIPT round of the requests in flight, whose resends would queue.
+	require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
+	first := holdInFlight(t, c, h)
+	h.holdPipelines()
+	early, cancelEarly := context.WithTimeout(ctx, 300*time.Millisecond)
+	t.Cleanup(cancelEarly)
+	late, cancelLate := context.WithTimeout(ctx, lateIn)
+	t.Cleanup(cancelLate)
+	leaves = acquireAsync(early, c, "early")
+	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
+	sends = acquireAsync(late, c, "late")
+	eventuallyTrue(t, "two calls queued", func() bool { return queuedCalls(c) == 2 })
+	h.open()
+	for range combineAfter {
+		require.NoError(t, <-first)
+	}
+	eventuallyTrue(t, "the batch held", func() bool { return h.pipelinesHeld() == 1 })
+	return leaves, sends
+}
+
 // On a client that ends a request at its context's deadline
 // (ContextTimeoutEnabled), calls with deadlines queue too, and each keeps
 // its own: the call with the latest deadline sends the batch under it, and
@@ -271,24 +298,7 @@ func TestCallsOfAClientWithoutCombiningGoOutAtOnce(t *testing.T) {
 // of its own.
 func TestBatchKeepsTheDeadlineOfEachOfItsCalls(t *testing.T) {
 	c, h, admin := combiningClient(t, true)
-	ctx := context.Background()
-	// No NOSCRIPT round of the requests in flight, whose resends would queue.
-	require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
-	first := holdInFlight(t, c, h)
-	h.holdPipelines()
-	early, cancelEarly := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancelEarly()
-	late, cancelLate := context.WithTimeout(ctx, 3*time.Second)
-	defer cancelLate()
-	leaves := acquireAsync(early, c, "early")
-	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
-	sends := acquireAsync(late, c, "late")
-	eventuallyTrue(t, "two calls queued", func() bool { return queuedCalls(c) == 2 })
-	h.open()
-	for range combineAfter {
-		require.NoError(t, <-first)
-	}
-	eventuallyTrue(t, "the batch held", func() bool { return h.pipelinesHeld() == 1 })
+	leaves, sends := heldBatchOfTwo(t, c, h, admin, 3*time.Second)
 	for _, call := range []struct {
 		name   string
 		rs     chan result
@@ -314,22 +324,7 @@ func TestBatchCallThatStoppedWaitingIsUndoneWhenItsBatchLands(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	c, h, admin := combiningClient(t, true, WithTTL(time.Minute), clock.Option(clk).(Option))
 	ctx := context.Background()
-	require.NoError(t, admin.ScriptLoad(ctx, wire.Named("counter.lua").Source()).Err())
-	first := holdInFlight(t, c, h)
-	h.holdPipelines()
-	early, cancelEarly := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancelEarly()
-	late, cancelLate := context.WithTimeout(ctx, time.Minute)
-	defer cancelLate()
-	leaves := acquireAsync(early, c, "early")
-	eventuallyTrue(t, "one call queued", func() bool { return queuedCalls(c) == 1 })
-	sends := acquireAsync(late, c, "late")
-	eventuallyTrue(t, "two calls queued", func() bool { return queuedCalls(c) == 2 })
-	h.open()
-	for range combineAfter {
-		require.NoError(t, <-first)
-	}
-	eventuallyTrue(t, "the batch held", func() bool { return h.pipelinesHeld() == 1 })
+	leaves, sends := heldBatchOfTwo(t, c, h, admin, time.Minute)
 	r := servertest.Recv(t, leaves, 10*time.Second)
 	require.ErrorIs(t, r.err, ErrOutcomeUnknown)
 	lease := wire.KeysOf(DefaultPrefix, "early").Lease
